@@ -1,0 +1,97 @@
+#!/bin/bash
+#
+# Benchmark command (not a test): ucx_perftest tag latency (8 B) and tag
+# bandwidth (1 MiB) over two rate-limited rails of the test bed, for Debian's
+# stock libucx0, our build with failover off and our build with failover on,
+# interleaved, several runs each; prints medians and ratios to stock.
+# Uses Debian's own /usr/bin/ucx_perftest for all three (drop-in).
+#
+# Environment:
+#   MR_BENCH_RUNS=N    runs per variant and test (default 5)
+#   MR_BENCH_RATE=R    per-rail tbf rate (default 500mbit)
+#   MR_BENCH_RAILS=N   rails (default 2)
+#
+set -eEu -o pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/contrib/common.sh"
+
+runs=${MR_BENCH_RUNS:-5}
+rate=${MR_BENCH_RATE:-500mbit}
+rails=${MR_BENCH_RAILS:-2}
+bed=$top/test/multirail/bed.sh
+perftest=/usr/bin/ucx_perftest
+port=13338
+out=$MRFO_BUILD_DIR/bench
+mkdir -p "$out"
+: >"$out/raw.txt"
+
+[ -x "$perftest" ] || die "Debian's ucx_perftest is missing (apt-get install ucx-utils)"
+[ -e "$MRFO_PREFIX/lib/libucp.so.0" ] || die "build first: contrib/build.sh"
+trap '"$bed" down >/dev/null 2>&1 || true' EXIT
+"$bed" up --rails "$rails" --rate "$rate"
+
+devs=$(for ((i = 0; i < rails; i++)); do printf 'r%d,' $i; done)
+devs=${devs%,}
+server_ip=$("$bed" addr b m)
+
+variant_env() {
+    case "$1" in
+        stock) echo "UCX_MULTIRAIL_UNUSED=1" ;;
+        off)   echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=n" ;;
+        on)    echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=y" ;;
+    esac
+}
+
+# run_one VARIANT TEST SIZE ITERS -> prints "latency_us bandwidth_MBs"
+run_one() {
+    local v=$1 t=$2 s=$3 n=$4 spid line
+    # shellcheck disable=SC2046
+    env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
+        UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
+        $(variant_env "$v") \
+        timeout 120 "$bed" exec b "$perftest" -p "$port" \
+        >"$out/server.log" 2>&1 &
+    spid=$!
+    sleep 0.5
+    # shellcheck disable=SC2046
+    line=$(env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
+        UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
+        $(variant_env "$v") \
+        timeout 120 "$bed" exec a "$perftest" "$server_ip" -p "$port" \
+        -t "$t" -s "$s" -n "$n" 2>&1 | tee -a "$out/client.log" |
+        grep '^Final:' || true)
+    wait $spid || true
+    [ -n "$line" ] || { echo "no result: $v $t" >&2; echo "nan nan"; return; }
+    # Final: iters lat_p50 lat_avg lat_overall bw_avg bw_overall rate...
+    awk '{print $3, $7}' <<<"$line"
+}
+
+median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
+
+for ((r = 1; r <= runs; r++)); do
+    for v in stock off on; do
+        read -r lat _ < <(run_one "$v" tag_lat 8 20000)
+        read -r _ bw < <(run_one "$v" tag_bw 1048576 400)
+        echo "$v $r $lat $bw" | tee -a "$out/raw.txt" >&2
+    done
+done
+
+{
+    echo "ucx_perftest over $rails x $rate rails (tcp), median of $runs runs:"
+    echo
+    echo "| variant | tag_lat 8 B (us) | ratio | tag_bw 1 MiB (MB/s) | ratio |"
+    echo "|---|---|---|---|---|"
+    s_lat=$(awk '$1 == "stock" {print $3}' "$out/raw.txt" | median)
+    s_bw=$(awk '$1 == "stock" {print $4}' "$out/raw.txt" | median)
+    for v in stock off on; do
+        lat=$(awk -v v=$v '$1 == v {print $3}' "$out/raw.txt" | median)
+        bw=$(awk -v v=$v '$1 == v {print $4}' "$out/raw.txt" | median)
+        name=$v
+        [ $v = stock ] && name="Debian libucx0 1.13.1"
+        [ $v = off ] && name="ours, failover off"
+        [ $v = on ] && name="ours, failover on"
+        awk -v n="$name" -v l="$lat" -v b="$bw" -v sl="$s_lat" -v sb="$s_bw" \
+            'BEGIN { printf "| %s | %.3f | %.3f | %.2f | %.3f |\n", n, l, l / sl, b, b / sb }'
+    done
+} | tee "$out/table.md"

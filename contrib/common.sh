@@ -1,0 +1,50 @@
+# Shared settings and helpers of the contrib/ scripts (sourced, not run).
+
+UCX_DEB_VERSION=1.13.1-1
+UCX_ORIG_TAR=ucx_1.13.1.orig.tar.xz
+UCX_ORIG_SHA256=1a88e09ca1b406c046a469c2ae271d2c330050b5664c0bcd9890e26c6ef09f3c
+UCX_DEBIAN_TAR=ucx_1.13.1-1.debian.tar.xz
+UCX_DEBIAN_SHA256=e0a407539b44d3aa81e3f11fc43a3ad512550944a59227e2105317446fd2e0ff
+
+# Like Debian's rules, but logging kept and gtest on; java/go/cuda/rocm off.
+UCX_CONFIGURE_FLAGS="--enable-mt --with-verbs --with-rdmacm --enable-cma \
+--enable-devel-headers --enable-examples --enable-gtest --without-java \
+--without-go --without-cuda --without-rocm --disable-doxygen-doc"
+
+: "${top:=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+MRFO_BUILD_DIR=${MRFO_BUILD_DIR:-$top/build}
+MRFO_SRC=$MRFO_BUILD_DIR/ucx-1.13.1
+MRFO_PREFIX=$MRFO_BUILD_DIR/install
+mrfo_src_list=/etc/apt/sources.list.d/mrfo-bookworm-src.sources
+mrfo_apt_stamp=/var/lib/apt/.mrfo-updated
+
+log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
+die() { echo "error: $*" >&2; exit 1; }
+
+verify_sha256() {
+    local file=$1 want=$2 got
+    got=$(sha256sum "$file" | cut -d' ' -f1)
+    [ "$got" = "$want" ] ||
+        die "SHA-256 of $(basename "$file") is $got, expected $want: refusing to build"
+}
+
+# Our own files (src/, test/) are copied over the unpacked upstream source.
+overlay_own_files() {
+    local dst=$1 d
+    for d in src test; do
+        [ -d "$top/$d" ] && cp -r "$top/$d/." "$dst/$d/"
+    done
+    return 0
+}
+
+# Apply patches/series in order; stop at the first patch that fails.
+apply_series() {
+    local dst=$1 p
+    [ -f "$top/patches/series" ] || return 0
+    while read -r p; do
+        case "$p" in ''|'#'*) continue ;; esac
+        patch -d "$dst" -p1 --batch --forward --quiet --no-backup-if-mismatch \
+            <"$top/patches/$p" >"$MRFO_BUILD_DIR/patch.log" 2>&1 ||
+            { cat "$MRFO_BUILD_DIR/patch.log" >&2; die "patch does not apply: $p"; }
+    done <"$top/patches/series"
+}

@@ -1,0 +1,112 @@
+/**
+ * Copyright (C) Multi-rail failover for UCX authors. 2026. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ */
+
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "ucp_failover.h"
+
+#include <ucs/debug/log.h>
+#include <ucs/sys/compiler_def.h>
+#include <ucs/time/time.h>
+
+
+ucs_config_field_t ucp_multirail_config_table[] = {
+  {"MULTIRAIL_FAILOVER", "n",
+   "Keep an endpoint alive when one of its rails (lanes) fails: the failed lane\n"
+   "is marked dead, its work moves to the surviving lanes and the error callback\n"
+   "is called only when no lane is left. Both peers must enable it; with a peer\n"
+   "that does not, the endpoint behaves as if it were off.",
+   ucs_offsetof(ucp_multirail_config_t, enable), UCS_CONFIG_TYPE_BOOL},
+
+  {"MULTIRAIL_PROBE_INTERVAL", "100ms",
+   "How often a lane with no completed work is probed for liveness.",
+   ucs_offsetof(ucp_multirail_config_t, probe_interval), UCS_CONFIG_TYPE_TIME},
+
+  {"MULTIRAIL_PROBE_TIMEOUT", "300ms",
+   "A lane whose outstanding work or probes stay unanswered for longer than this\n"
+   "is declared failed. Must be larger than MULTIRAIL_PROBE_INTERVAL.",
+   ucs_offsetof(ucp_multirail_config_t, probe_timeout), UCS_CONFIG_TYPE_TIME},
+
+  {"MULTIRAIL_REPROBE_INTERVAL", "200ms",
+   "Delay before the first attempt to re-establish a failed lane; the delay\n"
+   "doubles after each failed attempt, up to MULTIRAIL_REPROBE_MAX_INTERVAL.",
+   ucs_offsetof(ucp_multirail_config_t, reprobe_interval), UCS_CONFIG_TYPE_TIME},
+
+  {"MULTIRAIL_REPROBE_MAX_INTERVAL", "5s",
+   "Upper bound of the delay between two attempts to re-establish a failed lane.",
+   ucs_offsetof(ucp_multirail_config_t, reprobe_max_interval),
+   UCS_CONFIG_TYPE_TIME},
+
+  {"MULTIRAIL_REPROBE_MAX_ATTEMPTS", "inf",
+   "How many times a failed lane is re-probed before it is given up for the\n"
+   "lifetime of the endpoint; \"inf\" never gives up.",
+   ucs_offsetof(ucp_multirail_config_t, reprobe_max_attempts),
+   UCS_CONFIG_TYPE_ULUNITS},
+
+  {NULL}
+};
+
+
+static ucs_status_t ucp_multirail_check_positive(const char *name, double value)
+{
+    if (value > 0) {
+        return UCS_OK;
+    }
+
+    ucs_error("UCX_MULTIRAIL_%s must be a positive time (got %.3f ms)", name,
+              value * UCS_MSEC_PER_SEC);
+    return UCS_ERR_INVALID_PARAM;
+}
+
+ucs_status_t ucp_multirail_config_check(const ucp_multirail_config_t *config)
+{
+    ucs_status_t status;
+
+    status = ucp_multirail_check_positive("PROBE_INTERVAL",
+                                          config->probe_interval);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    status = ucp_multirail_check_positive("PROBE_TIMEOUT",
+                                          config->probe_timeout);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    status = ucp_multirail_check_positive("REPROBE_INTERVAL",
+                                          config->reprobe_interval);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    if (config->probe_timeout <= config->probe_interval) {
+        ucs_error("UCX_MULTIRAIL_PROBE_TIMEOUT (%.3f ms) must be larger than "
+                  "UCX_MULTIRAIL_PROBE_INTERVAL (%.3f ms), or healthy idle "
+                  "lanes would be declared failed",
+                  config->probe_timeout * UCS_MSEC_PER_SEC,
+                  config->probe_interval * UCS_MSEC_PER_SEC);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->reprobe_max_interval < config->reprobe_interval) {
+        ucs_error("UCX_MULTIRAIL_REPROBE_MAX_INTERVAL (%.3f ms) must not be "
+                  "smaller than UCX_MULTIRAIL_REPROBE_INTERVAL (%.3f ms)",
+                  config->reprobe_max_interval * UCS_MSEC_PER_SEC,
+                  config->reprobe_interval * UCS_MSEC_PER_SEC);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->reprobe_max_attempts == 0) {
+        ucs_error("UCX_MULTIRAIL_REPROBE_MAX_ATTEMPTS must be at least 1 or "
+                  "\"inf\"");
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    return UCS_OK;
+}

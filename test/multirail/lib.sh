@@ -1,0 +1,150 @@
+# Helpers of the multi-rail test scripts (sourced). Expects MRFO_PREFIX (the
+# install prefix) and MRFO_RESULTS (a folder for logs) to be set.
+
+MR_BED=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/bed.sh
+MR_CHECK=${MR_CHECK:-$MRFO_PREFIX/bin/mr_check}
+MR_PORT=${MR_PORT:-13337}
+
+mr_passed=0
+mr_failed=0
+mr_skipped=0
+mr_failures=()
+
+# Environment of every UCX process of the bed: TCP only (two processes on
+# one kernel would use shared memory otherwise), both rails for eager and
+# rendezvous, and our library.
+mr_ucx_env() {
+    local rails=$1 devs="" i
+    for ((i = 0; i < rails; i++)); do devs+="${devs:+,}r$i"; done
+    # a sockaddr (client/server) connection goes over the management link,
+    # which must then be a UCX device too; it carries only the CM connection
+    [ "${MR_NET_MGMT:-1}" = 1 ] && devs+=",zmgmt"
+    echo "UCX_TLS=tcp UCX_NET_DEVICES=$devs UCX_MAX_EAGER_RAILS=$rails" \
+         "UCX_MAX_RNDV_RAILS=$rails LD_LIBRARY_PATH=$MRFO_PREFIX/lib"
+}
+
+mr_rails_list() {
+    local rails=$1 devs="" i
+    for ((i = 0; i < rails; i++)); do devs+="${devs:+,}r$i"; done
+    echo "$devs"
+}
+
+# Start the checker server in namespace b; wait until it listens.
+# mr_server_start DIR RAILS [ENV=VAL ...] -- [mr_check args]
+mr_server_start() {
+    local dir=$1 rails=$2 envs=() i
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    [ "${1:-}" = -- ] && shift
+    # shellcheck disable=SC2046
+    env $(mr_ucx_env "$rails") "${envs[@]}" \
+        timeout -k 5 "${MR_TIMEOUT:-120}" "$MR_BED" exec b "$MR_CHECK" \
+        --server --listen "$("$MR_BED" addr b m)" --port "$MR_PORT" \
+        --rails "$(mr_rails_list "$rails")" "$@" \
+        >"$dir/server.out" 2>"$dir/server.err" &
+    echo $! >"$dir/server.pid"
+    for ((i = 0; i < 100; i++)); do
+        grep -q '^LISTENING' "$dir/server.out" 2>/dev/null && return 0
+        grep -q '^RESULT' "$dir/server.out" 2>/dev/null && return 1
+        sleep 0.1
+    done
+    return 1
+}
+
+# Run the checker client in namespace a (background); see mr_server_start
+mr_client_start() {
+    local dir=$1 rails=$2 envs=()
+    shift 2
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    [ "${1:-}" = -- ] && shift
+    # shellcheck disable=SC2046
+    env $(mr_ucx_env "$rails") "${envs[@]}" \
+        timeout -k 5 "${MR_TIMEOUT:-120}" "$MR_BED" exec a "$MR_CHECK" \
+        --client "$("$MR_BED" addr b m)" --port "$MR_PORT" \
+        --rails "$(mr_rails_list "$rails")" "$@" \
+        >"$dir/client.out" 2>"$dir/client.err" &
+    echo $! >"$dir/client.pid"
+}
+
+# Wait for both; sets mr_rc_client and mr_rc_server
+mr_pair_wait() {
+    local dir=$1
+    wait "$(cat "$dir/client.pid")" && mr_rc_client=0 || mr_rc_client=$?
+    wait "$(cat "$dir/server.pid")" && mr_rc_server=0 || mr_rc_server=$?
+}
+
+# Value of KEY in the RESULT line of FILE
+mr_result() {
+    sed -n 's/^RESULT //p' "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | tr -d '"'
+}
+
+mr_events() { grep -c "^EVENT .* kind=$2\b" "$1" || true; }
+
+# First wall-clock time of an event of KIND in FILE (empty if none)
+mr_event_wall() {
+    grep -m1 "^EVENT .* kind=$2\b" "$1" | tr ' ' '\n' | sed -n 's/^wall=//p'
+}
+
+# Bytes a rail carried (tx, as seen by the process) over a run
+mr_rail_tx() {
+    grep '^TL ' "$1" | tr ' ' '\n' | sed -n "s/^$2_tx=//p" |
+        awk '$1 ~ /^[0-9]+$/ {s += $1} END {print s + 0}'
+}
+
+mr_now() { date +%s.%N; }
+
+mr_elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+
+# Record a failure reason inside a test
+mr_fail() { echo "  FAIL: $*" >&2; mr_test_ok=0; }
+
+mr_expect_eq() {
+    local what=$1 want=$2 got=$3
+    [ "$got" = "$want" ] || mr_fail "$what: expected $want, got '$got'"
+}
+
+# Both RESULT lines clean: status ok, nothing lost/duplicated/reordered/
+# corrupted, no error callback, no hang
+mr_expect_clean() {
+    local dir=$1 role f
+    for role in client server; do
+        f=$dir/$role.out
+        mr_expect_eq "$role status" ok "$(mr_result "$f" status)"
+        for k in lost dup reorder corrupt err_cb op_errors hang; do
+            mr_expect_eq "$role $k" 0 "$(mr_result "$f" $k)"
+        done
+    done
+    mr_expect_eq "client peer_violations" 0 \
+        "$(mr_result "$dir/client.out" peer_violations)"
+    mr_expect_eq "client exit code" 0 "$mr_rc_client"
+    mr_expect_eq "server exit code" 0 "$mr_rc_server"
+}
+
+# mr_run_test NAME FUNCTION [ARGS]: run one test, count the outcome.
+# The function sets mr_test_ok=0 on failure, or returns 77 to skip.
+mr_run_test() {
+    local name=$1 fn=$2 rc t0
+    shift 2
+    if [ -n "${MR_FILTER:-}" ] && ! [[ $name == $MR_FILTER ]]; then
+        return 0
+    fi
+    export MR_DIR=$MRFO_RESULTS/$name
+    rm -rf "$MR_DIR"
+    mkdir -p "$MR_DIR"
+    mr_test_ok=1
+    mr_note=""
+    t0=$(mr_now)
+    echo "[ RUN  ] $name" >&2
+    "$fn" "$@" && rc=0 || rc=$?
+    if [ $rc = 77 ]; then
+        echo "[ SKIP ] $name ${mr_note}" >&2
+        mr_skipped=$((mr_skipped + 1))
+    elif [ $rc = 0 ] && [ $mr_test_ok = 1 ]; then
+        echo "[ PASS ] $name ($(mr_elapsed "$t0" "$(mr_now)") s) ${mr_note}" >&2
+        mr_passed=$((mr_passed + 1))
+    else
+        echo "[ FAIL ] $name ($(mr_elapsed "$t0" "$(mr_now)") s), logs in $MR_DIR" >&2
+        mr_failed=$((mr_failed + 1))
+        mr_failures+=("$name")
+    fi
+}

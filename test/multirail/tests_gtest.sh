@@ -1,0 +1,77 @@
+# gtest groups of the test command (sourced by contrib/test.sh).
+# Each gtest case counts as one test in the summary.
+
+MR_GTEST=${MR_GTEST:-$MRFO_SRC/test/gtest/gtest}
+
+# mr_gtest GROUP FILTER [NETNS]: run the gtest cases matching FILTER
+mr_gtest() {
+    local group=$1 filter=$2 netns=${3:-} log rc=0 n_ok n_fail n_skip
+    local runner=()
+    if [ -n "${MR_FILTER:-}" ] && ! [[ gtest_$group == $MR_FILTER ]]; then
+        return 0
+    fi
+    log=$MRFO_RESULTS/gtest_$group.log
+    mkdir -p "$MRFO_RESULTS"
+    [ -n "$netns" ] && runner=(ip netns exec "$netns")
+    echo "[ RUN  ] gtest_$group ($filter)" >&2
+    UCX_HANDLE_ERRORS=bt UCX_LOG_LEVEL=warn UCX_LOG_PRINT_ENABLE=y \
+        timeout -k 10 "${MR_GTEST_TIMEOUT:-1200}" "${runner[@]}" \
+        "$MR_GTEST" --gtest_filter="$filter" >"$log" 2>&1 || rc=$?
+    # UCX prints a skipped case as [ SKIP ] followed by [ OK ]
+    n_skip=$(grep -c '^\[     SKIP \]' "$log" || true)
+    n_ok=$(grep -c '^\[       OK \]' "$log" || true)
+    n_fail=$(grep -c '^\[  FAILED  \] .*(' "$log" || true)
+    n_ok=$((n_ok - n_skip))
+    if [ $rc != 0 ] && [ "$n_fail" = 0 ]; then
+        n_fail=1 # crashed or timed out
+    fi
+    if [ $((n_ok + n_fail)) = 0 ]; then
+        echo "  FAIL: no gtest case matched $filter" >&2
+        n_fail=1
+    fi
+    mr_passed=$((mr_passed + n_ok))
+    mr_failed=$((mr_failed + n_fail))
+    mr_skipped=$((mr_skipped + n_skip))
+    if [ "$n_fail" != 0 ]; then
+        mr_failures+=("gtest_$group")
+        grep '^\[  FAILED  \]' "$log" | sort -u | head -20 >&2
+        echo "[ FAIL ] gtest_$group: $n_ok passed, $n_fail failed (rc $rc)," \
+             "log $log" >&2
+    else
+        echo "[ PASS ] gtest_$group: $n_ok passed, $n_skip skipped" >&2
+    fi
+}
+
+# A namespace with many network devices, so that the readdir() order of
+# /sys/class/net is (very likely) not the name order: the device-order test
+# then shows the fix, not luck.
+mr_gtest_devorder() {
+    local ns=${MRBED_PREFIX:-mrfo}-gt i order sorted
+    ip netns del "$ns" 2>/dev/null || true
+    ip netns add "$ns"
+    ip -n "$ns" link set lo up
+    for ((i = 0; i < 6; i++)); do
+        ip -n "$ns" link add name "d${i}x" type veth peer name "c${i}y"
+        ip -n "$ns" addr add "198.18.$((200 + i)).1/24" dev "d${i}x"
+        ip -n "$ns" addr add "198.18.$((200 + i)).2/24" dev "c${i}y"
+        ip -n "$ns" link set dev "d${i}x" up
+        ip -n "$ns" link set dev "c${i}y" up
+    done
+    order=$(ip netns exec "$ns" ls -U /sys/class/net | tr '\n' ' ')
+    sorted=$(ip netns exec "$ns" ls /sys/class/net | tr '\n' ' ')
+    echo "  readdir order: $order" >&2
+    [ "$order" = "$sorted" ] &&
+        echo "  note: readdir order happens to be sorted here" >&2
+    mr_gtest tcp_device_order 'test_uct_tcp_device_order.*' "$ns"
+    ip netns del "$ns"
+}
+
+mr_gtest_all() {
+    [ -x "$MR_GTEST" ] || { echo "no gtest binary at $MR_GTEST" >&2;
+                            mr_failed=$((mr_failed + 1)); return; }
+    mr_gtest multirail_config 'test_ucp_multirail_config.*'
+    mr_gtest_devorder
+    # upstream tests that must not regress
+    mr_gtest tcp_peer_failure 'tcp/test_ucp_peer_failure.*'
+    mr_gtest tcp_sockaddr_err 'tcp/test_ucp_sockaddr_protocols_err*'
+}
