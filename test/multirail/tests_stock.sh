@@ -55,9 +55,10 @@ t_bad_knob_values() {
               "UCX_MULTIRAIL_REPROBE_MAX_ATTEMPTS=0:REPROBE_MAX_ATTEMPTS"; do
         err=$MR_DIR/${kv%%:*}.err
         rc=0
+        # UCX logs to stdout by default
         env LD_LIBRARY_PATH="$MRFO_PREFIX/lib" "${kv%%:*}" \
             timeout 20 "$MR_CHECK" --server --port "$MR_PORT" \
-            >/dev/null 2>"$err" || rc=$?
+            >"$err" 2>&1 || rc=$?
         mr_expect_eq "${kv%%:*}: exit code" 4 "$rc"
         grep -q "${kv#*:}" "$err" ||
             mr_fail "${kv%%:*}: the error does not name ${kv#*:}: $(head -2 "$err")"

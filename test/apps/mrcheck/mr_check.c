@@ -70,7 +70,8 @@ static const char *api_names[] = {"tag", "am", "stream", "rma", "amo"};
 enum {
     CTRL_SETUP  = 1, /* server -> client: RMA address and rkey */
     CTRL_FIN    = 2, /* client -> server: how many messages were sent */
-    CTRL_REPORT = 3  /* server -> client: the server's verdict */
+    CTRL_REPORT = 3, /* server -> client: the server's verdict */
+    CTRL_HELLO  = 4  /* client -> server: sizes and APIs of the traffic */
 };
 
 typedef struct {
@@ -80,6 +81,9 @@ typedef struct {
     uint64_t rma_addr;
     uint64_t rkey_len;
     uint8_t  rkey[MRC_RKEY_MAX];
+    uint64_t num_sizes;
+    uint64_t sizes[MRC_MAX_SIZES];
+    uint64_t apis[API_LAST];
 } ctrl_msg_t;
 
 typedef struct {
@@ -137,6 +141,7 @@ static struct {
     double       interval;
     double       hang_timeout;
     double       connect_timeout;
+    double       settle;
     const char   *rails[MRC_MAX_RAILS];
     int          num_rails;
     int          tag_recvs;
@@ -182,6 +187,7 @@ static struct {
     .interval        = 0.5,
     .hang_timeout    = 20,
     .connect_timeout = 20,
+    .settle          = 3,
     .tag_recvs       = 16,
 };
 
@@ -589,7 +595,6 @@ static void init_ucp(void)
     ucp_params_t params = {0};
     ucp_worker_params_t wparams = {0};
     ucp_am_handler_param_t am = {0};
-    ucp_mem_map_params_t mparams = {0};
     ucs_status_t status;
 
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
@@ -619,22 +624,28 @@ static void init_ucp(void)
             die("set_am_recv_handler failed: %s", ucs_status_string(status));
         }
 
-        g.region_size = MRC_RMA_OFFSET + g.max_size;
-        mparams.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH |
-                             UCP_MEM_MAP_PARAM_FIELD_FLAGS;
-        mparams.length     = g.region_size;
-        mparams.flags      = UCP_MEM_MAP_ALLOCATE;
-        status = ucp_mem_map(g.context, &mparams, &g.memh);
-        if (status != UCS_OK) {
-            die("ucp_mem_map failed: %s", ucs_status_string(status));
-        }
-        {
-            ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
-            ucp_mem_query(g.memh, &attr);
-            g.region = attr.address;
-            memset(g.region, 0, g.region_size);
-        }
     }
+}
+
+/* Server: the memory the client's RMA and atomics work on */
+static void map_region(void)
+{
+    ucp_mem_map_params_t mparams = {0};
+    ucp_mem_attr_t attr = {.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS};
+    ucs_status_t status;
+
+    g.region_size      = MRC_RMA_OFFSET + g.max_size;
+    mparams.field_mask = UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                         UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    mparams.length     = g.region_size;
+    mparams.flags      = UCP_MEM_MAP_ALLOCATE;
+    status = ucp_mem_map(g.context, &mparams, &g.memh);
+    if (status != UCS_OK) {
+        die("ucp_mem_map failed: %s", ucs_status_string(status));
+    }
+    ucp_mem_query(g.memh, &attr);
+    g.region = attr.address;
+    memset(g.region, 0, g.region_size);
 }
 
 static void ep_params_common(ucp_ep_params_t *ep_params)
@@ -1106,13 +1117,43 @@ static int server_expected_all(void)
 
 static int run_server(void)
 {
-    ctrl_msg_t setup = {0}, fin, report = {0};
-    op_t fin_op;
+    ctrl_msg_t setup = {0}, fin, report = {0}, hello;
+    op_t fin_op, hello_op;
     void *rkey_buf;
     size_t rkey_len;
     ucs_status_t status;
     double deadline;
     int i, api;
+
+    if (g.conn_sockaddr) {
+        connect_sockaddr();
+    } else {
+        connect_address();
+    }
+
+    /* the client says what it will send */
+    g.last_progress = now();
+    ctrl_recv_post(&hello_op, &hello, CTRL_HELLO);
+    wait_op(&hello_op, "hello");
+    if (!hello_op.done || (hello_op.status != UCS_OK) ||
+        (hello.num_sizes == 0) || (hello.num_sizes > MRC_MAX_SIZES)) {
+        if (!g.err_cb && !g.hang) {
+            die("no valid hello message from the client");
+        }
+        ctrl_recv_cancel(&hello_op);
+        return 0;
+    }
+    op_release(&hello_op);
+    g.num_sizes = hello.num_sizes;
+    g.max_size  = 0;
+    for (i = 0; i < g.num_sizes; ++i) {
+        g.sizes[i]  = hello.sizes[i];
+        g.max_size  = (g.sizes[i] > g.max_size) ? g.sizes[i] : g.max_size;
+    }
+    for (api = 0; api < API_LAST; ++api) {
+        g.api_enabled[api] = !!hello.apis[api];
+    }
+    map_region();
 
     g_scratch   = xmalloc(g.max_size + MRC_STREAM_PREFIX);
     g_tag_recvs = calloc(g.tag_recvs, sizeof(*g_tag_recvs));
@@ -1121,12 +1162,6 @@ static int run_server(void)
         g_tag_recvs[i].buf      = xmalloc(g.max_size);
     }
     g_stream_op.buf = xmalloc(g.max_size);
-
-    if (g.conn_sockaddr) {
-        connect_sockaddr();
-    } else {
-        connect_address();
-    }
 
     for (i = 0; i < g.tag_recvs; ++i) {
         tag_recv_post(&g_tag_recvs[i]);
@@ -1158,7 +1193,9 @@ static int run_server(void)
         if (fin_op.done && !g.fin_received) {
             g.fin_received = 1;
             memcpy(g.peer_sent, fin.sent, sizeof(g.peer_sent));
-            deadline = now() + g.hang_timeout;
+            /* everything was sent before FIN: what has not arrived after
+             * the settle time is lost */
+            deadline = now() + g.settle;
         }
         if (g.fin_received && server_expected_all()) {
             break;
@@ -1166,10 +1203,9 @@ static int run_server(void)
         if ((deadline > 0) && (now() > deadline)) {
             break; /* what is missing is lost */
         }
-        if (now() - g.last_progress > g.hang_timeout) {
+        if (!g.fin_received && (now() - g.last_progress > g.hang_timeout)) {
             g.hang = 1;
-            event("hang", "waiting_for=%s",
-                  g.fin_received ? "messages" : "fin");
+            event("hang", "waiting_for=fin");
         }
     }
 
@@ -1449,7 +1485,7 @@ static void client_cancel_all(void)
 
 static int run_client(void)
 {
-    ctrl_msg_t setup, fin = {0}, report;
+    ctrl_msg_t setup, fin = {0}, report, hello = {0};
     op_t setup_op, report_op;
     ucs_status_t status;
     double end;
@@ -1472,6 +1508,15 @@ static int run_client(void)
     ctrl_recv_post(&setup_op, &setup, CTRL_SETUP);
     ctrl_recv_post(&report_op, &report, CTRL_REPORT);
     g.last_progress = now();
+    hello.type      = CTRL_HELLO;
+    hello.num_sizes = g.num_sizes;
+    for (i = 0; i < g.num_sizes; ++i) {
+        hello.sizes[i] = g.sizes[i];
+    }
+    for (api = 0; api < API_LAST; ++api) {
+        hello.apis[api] = g.api_enabled[api];
+    }
+    ctrl_send(&hello);
     wait_op(&setup_op, "setup");
     if (!setup_op.done || (setup_op.status != UCS_OK)) {
         if (!g.err_cb) {
@@ -1723,6 +1768,8 @@ static void usage(void)
 "  --rails LIST             network devices whose counters go in the timeline\n"
 "  --hang-timeout SEC       no progress for that long is a hang (default 20)\n"
 "  --connect-timeout SEC    (default 20)\n"
+"  --settle SEC             server: after the client's last message, how long\n"
+"                           a missing message may still arrive (default 3)\n"
 "  --inject KIND@N          client self-test: skip|dup|swap|corrupt the tag\n"
 "                           message with sequence number N\n");
     exit(4);
@@ -1803,6 +1850,7 @@ int main(int argc, char **argv)
         {"hang-timeout", required_argument, 0, 'H'},
         {"connect-timeout", required_argument, 0, 'T'},
         {"inject", required_argument, 0, 'I'},
+        {"settle", required_argument, 0, 'W'},
         {0, 0, 0, 0}
     };
     int c, api, any_api = 0, rc;
@@ -1842,6 +1890,7 @@ int main(int argc, char **argv)
         case 'r': parse_list(optarg, add_rail); break;
         case 'H': g.hang_timeout = atof(optarg); break;
         case 'T': g.connect_timeout = atof(optarg); break;
+        case 'W': g.settle = atof(optarg); break;
         case 'I': {
             char *at = strchr(optarg, '@');
             if (at == NULL) {
