@@ -6,6 +6,8 @@
 # interleaved, several runs each; prints medians and ratios to stock.
 # Uses Debian's own /usr/bin/ucx_perftest for all three (drop-in).
 #
+# The server and the client are pinned to one core each (taskset).
+#
 # Environment:
 #   MR_BENCH_RUNS=N    runs per variant and test (default 5)
 #   MR_BENCH_RATE=R    per-rail tbf rate (default 500mbit)
@@ -29,7 +31,18 @@ mkdir -p "$out"
 [ -x "$perftest" ] || die "Debian's ucx_perftest is missing (apt-get install ucx-utils)"
 [ -e "$MRFO_PREFIX/lib/libucp.so.0" ] || die "build first: contrib/build.sh"
 trap '"$bed" down >/dev/null 2>&1 || true' EXIT
-"$bed" up --rails "$rails" --rate "$rate"
+# Debian's stock library lists devices in readdir() order; on a bed where
+# the two namespaces list the rails in different orders it pairs them
+# crosswise (one rail's bandwidth, or a hang). Compare on a bed where the
+# rails' order is the same on both sides, so the ratios measure overhead.
+rail_order() { "$bed" order "$1" | grep '^r[0-9]' | tr '\n' ' '; }
+for ((try = 1; try <= 30; try++)); do
+    "$bed" up --rails "$rails" --rate "$rate"
+    [ "$(rail_order a)" = "$(rail_order b)" ] && break
+done
+[ "$(rail_order a)" = "$(rail_order b)" ] ||
+    die "no bed with the same rail order on both sides in 30 tries"
+echo "bed with matching rail order after $try tries: $(rail_order a)" >&2
 
 devs=$(for ((i = 0; i < rails; i++)); do printf 'r%d,' $i; done)
 devs=${devs%,}
@@ -50,7 +63,7 @@ run_one() {
     env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
         UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
         $(variant_env "$v") \
-        timeout 120 "$bed" exec b "$perftest" -p "$port" \
+        timeout 120 taskset -c 0 "$bed" exec b "$perftest" -p "$port" \
         >"$out/server.log" 2>&1 &
     spid=$!
     sleep 0.5
@@ -58,7 +71,7 @@ run_one() {
     line=$(env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
         UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
         $(variant_env "$v") \
-        timeout 120 "$bed" exec a "$perftest" "$server_ip" -p "$port" \
+        timeout 120 taskset -c 1 "$bed" exec a "$perftest" "$server_ip" -p "$port" \
         -t "$t" -s "$s" -n "$n" 2>&1 | tee -a "$out/client.log" |
         grep '^Final:' || true)
     wait $spid || true
@@ -71,7 +84,7 @@ median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (
 
 for ((r = 1; r <= runs; r++)); do
     for v in stock off on; do
-        read -r lat _ < <(run_one "$v" tag_lat 8 20000)
+        read -r lat _ < <(run_one "$v" tag_lat 8 200000)
         read -r _ bw < <(run_one "$v" tag_bw 1048576 400)
         echo "$v $r $lat $bw" | tee -a "$out/raw.txt" >&2
     done
@@ -80,18 +93,21 @@ done
 {
     echo "ucx_perftest over $rails x $rate rails (tcp), median of $runs runs:"
     echo
-    echo "| variant | tag_lat 8 B (us) | ratio | tag_bw 1 MiB (MB/s) | ratio |"
-    echo "|---|---|---|---|---|"
+    echo "| variant | tag_lat 8 B p50 (us) | min..max of runs | ratio | tag_bw 1 MiB (MB/s) | ratio |"
+    echo "|---|---|---|---|---|---|"
     s_lat=$(awk '$1 == "stock" {print $3}' "$out/raw.txt" | median)
     s_bw=$(awk '$1 == "stock" {print $4}' "$out/raw.txt" | median)
     for v in stock off on; do
         lat=$(awk -v v=$v '$1 == v {print $3}' "$out/raw.txt" | median)
+        range=$(awk -v v=$v '$1 == v {print $3}' "$out/raw.txt" | sort -g |
+                sed -n '1p;$p' | paste -sd' ' | awk '{printf "%.2f..%.2f", $1, $2}')
         bw=$(awk -v v=$v '$1 == v {print $4}' "$out/raw.txt" | median)
         name=$v
         [ $v = stock ] && name="Debian libucx0 1.13.1"
         [ $v = off ] && name="ours, failover off"
         [ $v = on ] && name="ours, failover on"
         awk -v n="$name" -v l="$lat" -v b="$bw" -v sl="$s_lat" -v sb="$s_bw" \
-            'BEGIN { printf "| %s | %.3f | %.3f | %.2f | %.3f |\n", n, l, l / sl, b, b / sb }'
+            -v rg="$range" \
+            'BEGIN { printf "| %s | %.3f | %s | %.3f | %.2f | %.3f |\n", n, l, rg, l / sl, b, b / sb }'
     done
 } | tee "$out/table.md"

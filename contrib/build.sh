@@ -20,7 +20,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 build_pkgs="build-essential dpkg-dev pkg-config autoconf automake libtool
             ccache rsync patch git libibverbs-dev librdmacm-dev libnuma-dev
             libnl-3-dev libnl-route-3-dev"
-run_pkgs="iproute2 nftables procps psmisc libucx0 ucx-utils openmpi-bin
+run_pkgs="iproute2 iputils-ping nftables procps psmisc libucx0 ucx-utils openmpi-bin
           libopenmpi-dev gnuplot-nox"
 
 install_deps() {

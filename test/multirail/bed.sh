@@ -148,13 +148,15 @@ cmd_up() {
 
 # Wait (bounded) until every link of the bed has carrier on both sides:
 # UCX lists only running devices
+# (only of device DEV if given)
 wait_carrier() {
-    local i side n_down
+    local dev=${1:-} i side n_down
     for ((i = 0; i < 100; i++)); do
         n_down=0
         for side in a b; do
             n_down=$((n_down + $(ip -n "$(ns_of $side)" -br link |
-                awk '$1 != "lo" && $2 != "UP"' | wc -l)))
+                awk -v d="$dev" '$1 != "lo" && $2 != "UP" &&
+                                 (d == "" || $1 ~ "^" d "(@|$)")' | wc -l)))
         done
         [ $n_down = 0 ] && return 0
         sleep 0.05
@@ -177,62 +179,70 @@ cmd_down() {
 
 nft_table() { echo "${prefix}_$1_r$2"; }
 
-cmd_fault() {
-    local kind=$1 rail=$2 sides side ns dev
+# for_sides ACTION KIND RAIL [SIDE]: run ACTION (fault_one or restore_one)
+# with KIND RAIL SIDE NS DEV for each side
+for_sides() {
+    local action=$1 kind=$2 rail=$3 side
     check_rail "$rail"
-    dev=r$rail
-    sides=$(sides_of "${3:-a}")
-    for side in $sides; do
-        ns=$(ns_of "$side")
-        case "$kind" in
-        down)
-            ip -n "$ns" link set dev "$dev" down ;;
-        drop-in|drop-out|drop-both)
-            local rules=""
-            [ "$kind" != drop-out ] && rules+="chain in { type filter hook input priority 0; iifname \"$dev\" drop; } "
-            [ "$kind" != drop-in ] && rules+="chain out { type filter hook output priority 0; oifname \"$dev\" drop; } "
-            ip netns exec "$ns" nft "add table inet $(nft_table drop "$rail") { $rules}" ;;
-        blackhole)
-            ip netns exec "$ns" nft "add table netdev $(nft_table bh "$rail") { chain in { type filter hook ingress device \"$dev\" priority 0; policy drop; } }" ;;
-        rst)
-            # established connections to the peer's rail address only: the
-            # listening sockets stay
-            local peer
-            peer=$(rail_addr "$rail" "$([ "$side" = a ] && echo b || echo a)")
-            ip netns exec "$ns" ss -K -t dst "$peer" >/dev/null ;;
-        delete)
-            if ip -n "$ns" link show dev "$dev" >/dev/null 2>&1; then
-                ip -n "$ns" link del dev "$dev"
-            fi ;;
-        *) die "unknown fault kind '$kind'" ;;
-        esac
+    for side in $(sides_of "${4:-a}"); do
+        "$action" "$kind" "$rail" "$side" "$(ns_of "$side")" "r$rail"
     done
+    if [ "$action" = restore_one ]; then
+        case "$kind" in down|delete) wait_carrier "r$rail" ;; esac
+    fi
+    return 0
 }
 
-cmd_restore() {
-    local kind=$1 rail=$2 sides side ns dev
-    check_rail "$rail"
-    dev=r$rail
-    sides=$(sides_of "${3:-a}")
-    for side in $sides; do
-        ns=$(ns_of "$side")
-        case "$kind" in
-        down)
-            ip -n "$ns" link set dev "$dev" up ;;
-        drop-in|drop-out|drop-both)
-            ip netns exec "$ns" nft delete table inet "$(nft_table drop "$rail")" \
-                2>/dev/null || true ;;
-        blackhole)
-            ip netns exec "$ns" nft delete table netdev "$(nft_table bh "$rail")" \
-                2>/dev/null || true ;;
-        rst) ;;
-        delete)
-            if ! ip -n "$ns_a" link show dev "$dev" >/dev/null 2>&1; then
-                make_link "$dev" "198.18.$rail" "$(cat "$state_dir/rate")"
-            fi ;;
-        *) die "unknown fault kind '$kind'" ;;
-        esac
-    done
+fault_one() {
+    local kind=$1 rail=$2 side=$3 ns=$4 dev=$5
+    case "$kind" in
+    down)
+        ip -n "$ns" link set dev "$dev" down ;;
+    drop-in|drop-out|drop-both)
+        {
+            echo "table inet $(nft_table drop "$rail") {"
+            [ "$kind" != drop-out ] &&
+                echo "  chain in { type filter hook input priority 0; iifname \"$dev\" drop; }"
+            [ "$kind" != drop-in ] &&
+                echo "  chain out { type filter hook output priority 0; oifname \"$dev\" drop; }"
+            echo "}"
+        } | ip netns exec "$ns" nft -f - ;;
+    blackhole)
+        printf '%s\n' "table netdev $(nft_table bh "$rail") {" \
+            "  chain in { type filter hook ingress device \"$dev\" priority 0; policy drop; }" \
+            "}" | ip netns exec "$ns" nft -f - ;;
+    rst)
+        # established connections to the peer's rail address only: the
+        # listening sockets stay
+        local peer
+        peer=$(rail_addr "$rail" "$([ "$side" = a ] && echo b || echo a)")
+        ip netns exec "$ns" ss -K -t dst "$peer" >/dev/null ;;
+    delete)
+        if ip -n "$ns" link show dev "$dev" >/dev/null 2>&1; then
+            ip -n "$ns" link del dev "$dev"
+        fi ;;
+    *) die "unknown fault kind '$kind'" ;;
+    esac
+}
+
+restore_one() {
+    local kind=$1 rail=$2 side=$3 ns=$4 dev=$5
+    case "$kind" in
+    down)
+        ip -n "$ns" link set dev "$dev" up ;;
+    drop-in|drop-out|drop-both)
+        ip netns exec "$ns" nft delete table inet "$(nft_table drop "$rail")" \
+            2>/dev/null || true ;;
+    blackhole)
+        ip netns exec "$ns" nft delete table netdev "$(nft_table bh "$rail")" \
+            2>/dev/null || true ;;
+    rst) ;;
+    delete)
+        if ! ip -n "$ns_a" link show dev "$dev" >/dev/null 2>&1; then
+            make_link "$dev" "198.18.$rail" "$(cat "$state_dir/rate")"
+        fi ;;
+    *) die "unknown fault kind '$kind'" ;;
+    esac
 }
 
 cmd_flap() {
@@ -276,8 +286,8 @@ case "$cmd" in
     down)    cmd_down ;;
     exec)    [ $# -ge 2 ] || die "exec a|b CMD"
              ns=$(ns_of "$1"); shift; exec ip netns exec "$ns" "$@" ;;
-    fault)   [ $# -ge 2 ] || die "fault KIND RAIL [side]"; cmd_fault "$@" ;;
-    restore) [ $# -ge 2 ] || die "restore KIND RAIL [side]"; cmd_restore "$@" ;;
+    fault)   [ $# -ge 2 ] || die "fault KIND RAIL [side]"; for_sides fault_one "$@" ;;
+    restore) [ $# -ge 2 ] || die "restore KIND RAIL [side]"; for_sides restore_one "$@" ;;
     flap)    [ $# -ge 3 ] || die "flap RAIL COUNT PERIOD [side]"; cmd_flap "$@" ;;
     sysctl)  [ $# -eq 1 ] || die "sysctl KEY=VALUE"; cmd_sysctl "$1" ;;
     addr)    [ $# -eq 2 ] || die "addr a|b RAIL"

@@ -65,6 +65,50 @@ t_bad_knob_values() {
     done
 }
 
+# --- the bed's faults do what they say --------------------------------------
+
+# mr_reach RAIL: can side a reach side b over the rail (ICMP, 1 s)?
+mr_reach() {
+    "$MR_BED" exec a ping -c 1 -W 1 -q "$("$MR_BED" addr b "$1")" >/dev/null 2>&1
+}
+
+t_bed_faults() {
+    local kind side
+    "$MR_BED" up --rails 2
+    for kind in down drop-in drop-out drop-both blackhole delete; do
+        for side in a b; do
+            mr_reach 1 || mr_fail "$kind/$side: r1 unreachable before the fault"
+            "$MR_BED" fault "$kind" 1 "$side"
+            ! mr_reach 1 || mr_fail "$kind/$side: r1 still reachable"
+            mr_reach 0 || mr_fail "$kind/$side: r0 broken by a fault on r1"
+            "$MR_BED" restore "$kind" 1 "$side"
+            sleep 0.2
+            mr_reach 1 || mr_fail "$kind/$side: r1 not healed by restore"
+        done
+    done
+    "$MR_BED" fault blackhole 1 both
+    ! mr_reach 1 || mr_fail "blackhole/both: r1 still reachable"
+    "$MR_BED" restore blackhole 1 both
+    mr_reach 1 || mr_fail "blackhole/both: r1 not healed"
+    # a bounded flap ends with the link up
+    "$MR_BED" flap 1 3 0.2
+    mr_reach 1 || mr_fail "r1 not up after a flap"
+    # no default route, only 198.18.0.0/15 addresses
+    for side in a b; do
+        if "$MR_BED" exec "$side" ip route show default | grep -q .; then
+            mr_fail "default route in side $side"
+        fi
+        if "$MR_BED" exec "$side" ip -4 -o addr show | awk '{print $4}' |
+               grep -v '^127\.' | grep -qv '^198\.1[89]\.'; then
+            mr_fail "address outside 198.18.0.0/15 on side $side"
+        fi
+    done
+    "$MR_BED" down
+    if ip netns list | grep -q "^${MRBED_PREFIX:-mrfo}-[ab]\b"; then
+        mr_fail "namespaces left after down"
+    fi
+}
+
 # --- the checker catches each kind of violation -----------------------------
 
 t_checker_selftest() {
@@ -165,6 +209,7 @@ mr_stock_all() {
     mr_run_test dropin_abi t_dropin_abi
     mr_run_test ucx_info_knobs t_ucx_info_knobs
     mr_run_test bad_knob_values t_bad_knob_values
+    mr_run_test bed_faults t_bed_faults
     mr_run_test checker_detects_loss t_checker_selftest skip lost
     mr_run_test checker_detects_dup t_checker_selftest dup dup
     mr_run_test checker_detects_reorder t_checker_selftest swap reorder
@@ -176,7 +221,7 @@ mr_stock_all() {
         UCX_MULTIRAIL_FAILOVER=y
     mr_run_test device_order_bed t_device_order_bed
     mr_run_test stock_rst_kills_endpoint t_stock_fault rst 1 2
-    mr_run_test stock_linkdown_retries2_3 t_stock_fault down 1 30 \
+    mr_run_test stock_linkdown_retries2_3 t_stock_fault down 1 10 \
         net.ipv4.tcp_retries2=3
     "$MR_BED" down
 }
