@@ -7,8 +7,13 @@
 #ifndef UCP_FAILOVER_H_
 #define UCP_FAILOVER_H_
 
+#include <ucp/core/ucp_types.h>
 #include <ucs/config/parser.h>
 #include <ucs/type/status.h>
+
+#include <stdio.h>
+
+struct ucs_string_buffer;
 
 
 /**
@@ -47,5 +52,75 @@ extern ucs_config_field_t ucp_multirail_config_table[];
  * @return UCS_OK, or UCS_ERR_INVALID_PARAM if the values are inconsistent.
  */
 ucs_status_t ucp_multirail_config_check(const ucp_multirail_config_t *config);
+
+
+
+/** Per-endpoint failover flags */
+enum {
+    /* Both peers run failover: lanes may fail one by one */
+    UCP_FAILOVER_EP_FLAG_NEGOTIATED = UCS_BIT(0)
+};
+
+
+/**
+ * Per-endpoint failover state, kept in the endpoint's control extension
+ * (zero-initialised with it).
+ */
+typedef struct ucp_failover_ep {
+    uint8_t          flags;                    /* UCP_FAILOVER_EP_FLAG_* */
+    ucp_lane_map_t   failed_lanes;             /* Lanes in FAILED state */
+    ucp_lane_map_t   peer_lane_valid;          /* Which peer_lane[] are known */
+    ucp_lane_index_t peer_lane[UCP_MAX_LANES]; /* The peer's index of a lane */
+    uint16_t         num_failovers;            /* Lane failovers so far */
+} ucp_failover_ep_t;
+
+
+#define ucp_failover_is_enabled(_context) \
+    ((_context)->config.ext.multirail.enable)
+
+
+/**
+ * Wireup hook: decide whether failover is used on the endpoint, from the
+ * remote interfaces its lanes connect to (every one must advertise it).
+ */
+void ucp_failover_ep_negotiate(ucp_ep_h ep, const ucp_ep_config_key_t *key,
+                               const ucp_unpacked_address_t *remote_address,
+                               const unsigned *addr_indices);
+
+
+/**
+ * Wireup hook: remember the peer's index of each local lane, when wireup
+ * computed it (the side that processes the connection request).
+ */
+void ucp_failover_ep_set_peer_lanes(ucp_ep_h ep,
+                                    const ucp_lane_index_t *lanes2remote);
+
+
+/**
+ * Transport error hook: a UCT endpoint of @a lane failed. Fail over that lane
+ * only, if the endpoint can live without it.
+ *
+ * @return UCS_OK if the lane failed over and the endpoint lives on; an error
+ *         if the endpoint must fail as it does without failover.
+ */
+ucs_status_t ucp_failover_lane_error(ucp_ep_h ep, ucp_lane_index_t lane,
+                                     ucs_status_t status);
+
+
+/** Whether @a lane of the endpoint failed over (it holds a failed stub) */
+int ucp_failover_lane_is_failed(ucp_ep_h ep, ucp_lane_index_t lane);
+
+
+/** Name of the lane's state: "up" or "failed" */
+const char *ucp_failover_lane_state_str(ucp_ep_h ep, ucp_lane_index_t lane);
+
+
+/**
+ * ucp_ep_print_info() hooks: the lane's state appended to its line, and a
+ * summary line; both print nothing with failover off.
+ */
+void ucp_failover_ep_lane_info_str(ucp_ep_h ep, ucp_lane_index_t lane,
+                                   struct ucs_string_buffer *strb);
+void ucp_failover_ep_print(ucp_ep_h ep, FILE *stream);
 
 #endif

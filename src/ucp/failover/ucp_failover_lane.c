@@ -1,0 +1,320 @@
+/**
+ * Copyright (C) Multi-rail failover for UCX authors. 2026. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ *
+ * Lane state and lane failover: a failed lane is marked FAILED, its UCT
+ * endpoint is discarded, its roles move to surviving lanes through a new
+ * endpoint configuration, and the requests pending on it are replayed there.
+ */
+
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "ucp_failover.h"
+#include "ucp_failover_int.h"
+
+#include <ucp/core/ucp_ep.h>
+#include <ucp/core/ucp_ep.inl>
+#include <ucp/core/ucp_request.h>
+#include <ucp/core/ucp_worker.h>
+#include <ucp/wireup/address.h>
+#include <ucp/wireup/wireup.h>
+#include <ucp/wireup/wireup_ep.h>
+#include <ucs/debug/log.h>
+#include <ucs/datastruct/string_buffer.h>
+
+
+ucp_failover_ep_t *ucp_failover_ep(ucp_ep_h ep)
+{
+    return &ucp_ep_ext_control(ep)->failover;
+}
+
+void ucp_failover_ep_negotiate(ucp_ep_h ep, const ucp_ep_config_key_t *key,
+                               const ucp_unpacked_address_t *remote_address,
+                               const unsigned *addr_indices)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    const ucp_address_entry_t *ae;
+    ucp_lane_index_t lane;
+
+    fo->flags &= ~UCP_FAILOVER_EP_FLAG_NEGOTIATED;
+    if (!ucp_failover_is_enabled(ep->worker->context) ||
+        (ep->flags & UCP_EP_FLAG_INTERNAL) || (addr_indices == NULL)) {
+        return;
+    }
+
+    for (lane = 0; lane < key->num_lanes; ++lane) {
+        if (lane == key->cm_lane) {
+            continue;
+        }
+
+        ae = &remote_address->address_list[addr_indices[lane]];
+        if (!(ae->iface_attr.flags & UCP_ADDR_IFACE_FLAG_FAILOVER)) {
+            ucs_debug("ep %p: peer interface of lane[%d] does not run "
+                      "multi-rail failover, endpoint behaves as stock", ep,
+                      lane);
+            return;
+        }
+    }
+
+    fo->flags |= UCP_FAILOVER_EP_FLAG_NEGOTIATED;
+    ucs_debug("ep %p: multi-rail failover negotiated with the peer", ep);
+}
+
+void ucp_failover_ep_set_peer_lanes(ucp_ep_h ep,
+                                    const ucp_lane_index_t *lanes2remote)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_lane_index_t lane;
+
+    fo->peer_lane_valid = 0;
+    for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+        fo->peer_lane[lane] = lanes2remote[lane];
+        if (lanes2remote[lane] != UCP_NULL_LANE) {
+            fo->peer_lane_valid |= UCS_BIT(lane);
+        }
+    }
+}
+
+int ucp_failover_lane_is_failed(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    return !!(ucp_failover_ep(ep)->failed_lanes & UCS_BIT(lane));
+}
+
+const char *ucp_failover_lane_state_str(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    if (ucp_failover_lane_is_failed(ep, lane)) {
+        return "failed";
+    }
+
+    return "up";
+}
+
+void ucp_failover_ep_lane_info_str(ucp_ep_h ep, ucp_lane_index_t lane,
+                                   ucs_string_buffer_t *strb)
+{
+    if (ucp_failover_is_enabled(ep->worker->context)) {
+        ucs_string_buffer_appendf(strb, " state:%s",
+                                  ucp_failover_lane_state_str(ep, lane));
+    }
+}
+
+void ucp_failover_ep_print(ucp_ep_h ep, FILE *stream)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+
+    if (!ucp_failover_is_enabled(ep->worker->context)) {
+        return;
+    }
+
+    fprintf(stream, "#                 multi-rail failover: %s, %u lane "
+            "failover(s), failed lanes 0x%x\n",
+            (fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) ?
+            "negotiated" : "not negotiated (peer without failover)",
+            fo->num_failovers, fo->failed_lanes);
+}
+
+/*
+ * In a lane list (UCP_NULL_LANE terminated), replace every failed lane by the
+ * first surviving lane of the same list. Positions do not move: requests in
+ * flight keep indices into these lists (rendezvous lane maps, am_bw_index).
+ * A list with no survivor is emptied. Returns whether the list changed.
+ */
+static int ucp_failover_replace_lanes(ucp_lane_index_t *lanes,
+                                      ucp_lane_map_t failed,
+                                      ucs_string_buffer_t *strb,
+                                      const char *role)
+{
+    ucp_lane_index_t survivor = UCP_NULL_LANE;
+    int changed               = 0;
+    int i;
+
+    for (i = 0; (i < UCP_MAX_LANES) && (lanes[i] != UCP_NULL_LANE); ++i) {
+        if (!(failed & UCS_BIT(lanes[i]))) {
+            survivor = lanes[i];
+            break;
+        }
+    }
+
+    for (i = 0; (i < UCP_MAX_LANES) && (lanes[i] != UCP_NULL_LANE); ++i) {
+        if (!(failed & UCS_BIT(lanes[i]))) {
+            continue;
+        }
+
+        ucs_string_buffer_appendf(strb, " %s#%d:%d->", role, i, lanes[i]);
+        if (survivor != UCP_NULL_LANE) {
+            ucs_string_buffer_appendf(strb, "%d", survivor);
+        } else {
+            ucs_string_buffer_appendf(strb, "none");
+        }
+        lanes[i] = survivor;
+        changed  = 1;
+    }
+
+    if (survivor == UCP_NULL_LANE) {
+        /* nothing left: make sure the list reads as empty */
+        for (i = 0; i < UCP_MAX_LANES; ++i) {
+            lanes[i] = UCP_NULL_LANE;
+        }
+    }
+
+    return changed;
+}
+
+static void ucp_failover_replace_lane(ucp_lane_index_t *lane_p,
+                                      ucp_lane_map_t failed,
+                                      ucs_string_buffer_t *strb,
+                                      const char *role)
+{
+    if ((*lane_p != UCP_NULL_LANE) && (failed & UCS_BIT(*lane_p))) {
+        ucs_string_buffer_appendf(strb, " %s:%d->none", role, *lane_p);
+        *lane_p = UCP_NULL_LANE;
+    }
+}
+
+/* The endpoint configuration key without the failed lanes' roles */
+static void ucp_failover_make_key(ucp_ep_h ep, ucp_lane_map_t failed,
+                                  ucp_ep_config_key_t *key,
+                                  ucs_string_buffer_t *strb)
+{
+    *key = ucp_ep_config(ep)->key;
+
+    ucs_assert(!(failed & UCS_BIT(key->am_lane)));
+    ucp_failover_replace_lanes(key->am_bw_lanes, failed, strb, "am_bw");
+    ucp_failover_replace_lanes(key->rma_bw_lanes, failed, strb, "rma_bw");
+    ucp_failover_replace_lanes(key->rma_lanes, failed, strb, "rma");
+    ucp_failover_replace_lanes(key->amo_lanes, failed, strb, "amo");
+    ucp_failover_replace_lane(&key->wireup_msg_lane, failed, strb, "wireup");
+    ucp_failover_replace_lane(&key->keepalive_lane, failed, strb, "keepalive");
+    ucp_failover_replace_lane(&key->tag_lane, failed, strb, "tag");
+    ucp_failover_replace_lane(&key->rkey_ptr_lane, failed, strb, "rkey_ptr");
+}
+
+static void
+ucp_failover_discarded_cb(void *request, ucs_status_t status, void *user_data)
+{
+}
+
+static void ucp_failover_lane_desc(ucp_ep_h ep, ucp_lane_index_t lane,
+                                   ucs_string_buffer_t *strb)
+{
+    ucp_rsc_index_t rsc_index = ucp_ep_get_rsc_index(ep, lane);
+    const uct_tl_resource_desc_t *rsc;
+
+    if (rsc_index == UCP_NULL_RESOURCE) {
+        ucs_string_buffer_appendf(strb, "lane[%d]", lane);
+        return;
+    }
+
+    rsc = &ep->worker->context->tl_rscs[rsc_index].tl_rsc;
+    ucs_string_buffer_appendf(strb, "lane[%d] " UCT_TL_RESOURCE_DESC_FMT, lane,
+                              UCT_TL_RESOURCE_DESC_ARG(rsc));
+}
+
+int ucp_failover_lane_can_fail(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+
+    return (fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) &&
+           !(ep->flags & UCP_EP_FLAG_FAILED) &&
+           (ep->cfg_index != UCP_WORKER_CFG_INDEX_NULL) &&
+           (lane < ucp_ep_num_lanes(ep)) &&
+           /* the am lane carries the ordered control traffic: losing it is
+            * an endpoint failure until sequencing lands */
+           (lane != ucp_ep_get_am_lane(ep)) &&
+           (lane != ucp_ep_get_cm_lane(ep)) &&
+           !(fo->failed_lanes & UCS_BIT(lane)) &&
+           /* a lane still being connected is wireup's business */
+           !ucp_wireup_ep_test(ep->uct_eps[lane]);
+}
+
+ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
+                                    const char *reason, ucs_status_t status,
+                                    int notify_peer)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_worker_h worker   = ep->worker;
+    UCS_STRING_BUFFER_ONSTACK(moved, 256);
+    UCS_STRING_BUFFER_ONSTACK(desc, 128);
+    ucp_worker_cfg_index_t cfg_index;
+    ucs_queue_head_t replay_q;
+    ucp_ep_config_key_t key;
+    ucp_rsc_index_t rsc_index;
+    ucs_status_t cfg_status;
+    uct_ep_h uct_ep;
+    size_t num_replayed;
+
+    UCP_WORKER_THREAD_CS_CHECK_IS_BLOCKED(worker);
+    ucs_assert(ucp_failover_lane_can_fail(ep, lane));
+
+    ucp_failover_lane_desc(ep, lane, &desc);
+    ucp_failover_make_key(ep, fo->failed_lanes | UCS_BIT(lane), &key, &moved);
+    cfg_status = ucp_worker_get_ep_config(worker, &key, 0, &cfg_index);
+    if (cfg_status != UCS_OK) {
+        ucs_error("ep %p: cannot fail over %s, no configuration without it: %s",
+                  ep, ucs_string_buffer_cstr(&desc),
+                  ucs_status_string(cfg_status));
+        return cfg_status;
+    }
+
+    fo->failed_lanes |= UCS_BIT(lane);
+    ++fo->num_failovers;
+
+    /* From now on nothing reaches the lane's transport endpoint */
+    uct_ep            = ep->uct_eps[lane];
+    rsc_index         = ucp_ep_get_rsc_index(ep, lane);
+    ep->uct_eps[lane] = &ucp_failed_tl_ep;
+    ep->cfg_index     = cfg_index;
+
+    /* Requests pending on the lane are taken out, and sent again under the
+     * new configuration, which puts them on surviving lanes */
+    ucs_queue_head_init(&replay_q);
+    ucp_worker_discard_uct_ep(ep, uct_ep, rsc_index, UCT_FLUSH_FLAG_CANCEL,
+                              ucp_request_purge_enqueue_cb, &replay_q,
+                              ucp_failover_discarded_cb, NULL);
+    num_replayed = ucs_queue_length(&replay_q);
+    ucp_failover_replay(ep, &replay_q);
+
+    ucs_info("ep %p: %s failed (%s%s%s), endpoint continues on the other "
+             "lanes:%s; %zu pending request(s) moved", ep,
+             ucs_string_buffer_cstr(&desc), reason,
+             (status != UCS_OK) ? ": " : "",
+             (status != UCS_OK) ? ucs_status_string(status) : "",
+             ucs_string_buffer_cstr(&moved), num_replayed);
+
+    if (notify_peer) {
+        ucp_failover_wire_lane_down(ep, lane);
+    }
+
+    return UCS_OK;
+}
+
+void ucp_failover_replay(ucp_ep_h ep, ucs_queue_head_t *replay_q)
+{
+    uct_pending_req_t *uct_req;
+    ucs_queue_head_t queue;
+    ucp_request_t *req;
+
+    /* they are no longer pending anywhere */
+    ucs_queue_head_init(&queue);
+    ucs_queue_for_each_extract(uct_req, replay_q, priv, 1) {
+        req                    = ucs_container_of(uct_req, ucp_request_t,
+                                                  send.uct);
+        req->send.pending_lane = UCP_NULL_LANE;
+        ucs_queue_push(&queue, (ucs_queue_elem_t*)uct_req->priv);
+    }
+
+    ucp_wireup_replay_pending_requests(ep, &queue);
+}
+
+ucs_status_t ucp_failover_lane_error(ucp_ep_h ep, ucp_lane_index_t lane,
+                                     ucs_status_t status)
+{
+    if (!ucp_failover_lane_can_fail(ep, lane)) {
+        return status;
+    }
+
+    return ucp_failover_lane_down(ep, lane, "transport error", status, 1);
+}

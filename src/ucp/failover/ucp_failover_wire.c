@@ -1,0 +1,221 @@
+/**
+ * Copyright (C) Multi-rail failover for UCX authors. 2026. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ *
+ * Peer agreement: the side that detects a lane failure tells the other side
+ * with a LANE_DOWN message on a surviving lane (active message id
+ * UCP_AM_ID_FAILOVER), and the other side fails over the same lane. It is
+ * only ever sent to a peer that advertised failover at wireup.
+ */
+
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "ucp_failover_int.h"
+
+#include <ucp/core/ucp_ep.h>
+#include <ucp/core/ucp_ep.inl>
+#include <ucp/core/ucp_request.h>
+#include <ucp/core/ucp_request.inl>
+#include <ucp/core/ucp_worker.h>
+#include <ucp/core/ucp_worker.inl>
+#include <ucs/debug/log.h>
+
+
+enum {
+    UCP_FAILOVER_MSG_LANE_DOWN = 1
+};
+
+
+/* LANE_DOWN: the receiver's endpoint id travels as the AM short header */
+typedef struct {
+    uint8_t          type;          /* UCP_FAILOVER_MSG_* */
+    ucp_lane_index_t sender_lane;   /* the lane, in the sender's numbering */
+    ucp_lane_index_t receiver_lane; /* in the receiver's, or UCP_NULL_LANE */
+    uint8_t          reserved[5];
+} UCS_S_PACKED ucp_failover_msg_t;
+
+
+/* A LANE_DOWN handled on the progress thread */
+typedef struct {
+    ucp_worker_h       worker;
+    uint64_t           ep_id;
+    ucp_failover_msg_t msg;
+} ucp_failover_msg_work_t;
+
+
+static ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
+{
+    ucp_request_t *req = ucs_container_of(self, ucp_request_t, send.uct);
+    ucp_ep_h ep        = req->send.ep;
+    ucp_failover_msg_t *msg;
+    ucs_status_t status;
+
+    req->send.lane = ucp_ep_get_am_lane(ep);
+    msg            = req->send.buffer;
+    status         = uct_ep_am_short(ucp_ep_get_am_uct_ep(ep),
+                                     UCP_AM_ID_FAILOVER, ucp_ep_remote_id(ep),
+                                     msg, sizeof(*msg));
+    if (status == UCS_ERR_NO_RESOURCE) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    if (status != UCS_OK) {
+        /* the peer finds out from its own side of the lane */
+        ucs_diag("ep %p: failed to send LANE_DOWN(lane %d): %s", ep,
+                 msg->sender_lane, ucs_status_string(status));
+    }
+
+    ucs_free(msg);
+    ucp_request_put(req);
+    return UCS_OK;
+}
+
+void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_failover_msg_t *msg;
+    ucp_request_t *req;
+
+    if (!(ep->flags & UCP_EP_FLAG_REMOTE_ID)) {
+        ucs_debug("ep %p: no remote id yet, LANE_DOWN(lane %d) not sent", ep,
+                  lane);
+        return;
+    }
+
+    msg = ucs_malloc(sizeof(*msg), "failover_msg");
+    req = ucp_request_get(ep->worker);
+    if ((msg == NULL) || (req == NULL)) {
+        ucs_error("ep %p: no memory to send LANE_DOWN(lane %d)", ep, lane);
+        ucs_free(msg);
+        if (req != NULL) {
+            ucp_request_put(req);
+        }
+        return;
+    }
+
+    msg->type          = UCP_FAILOVER_MSG_LANE_DOWN;
+    msg->sender_lane   = lane;
+    msg->receiver_lane = (fo->peer_lane_valid & UCS_BIT(lane)) ?
+                         fo->peer_lane[lane] : UCP_NULL_LANE;
+    memset(msg->reserved, 0, sizeof(msg->reserved));
+
+    req->flags             = 0;
+    req->send.ep           = ep;
+    req->send.buffer       = msg;
+    req->send.uct.func     = ucp_failover_msg_progress;
+    req->send.pending_lane = UCP_NULL_LANE;
+    ucs_debug("ep %p: sending LANE_DOWN(lane %d, peer lane %d)", ep, lane,
+              msg->receiver_lane);
+    ucp_request_send(req);
+}
+
+/* Which of our lanes the peer means */
+static ucp_lane_index_t
+ucp_failover_msg_lane(ucp_ep_h ep, const ucp_failover_msg_t *msg)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_lane_index_t lane;
+
+    if (msg->receiver_lane != UCP_NULL_LANE) {
+        return (msg->receiver_lane < ucp_ep_num_lanes(ep)) ?
+               msg->receiver_lane : UCP_NULL_LANE;
+    }
+
+    for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+        if ((fo->peer_lane_valid & UCS_BIT(lane)) &&
+            (fo->peer_lane[lane] == msg->sender_lane)) {
+            return lane;
+        }
+    }
+
+    return UCP_NULL_LANE;
+}
+
+static unsigned ucp_failover_msg_handle(void *arg)
+{
+    ucp_failover_msg_work_t *work = arg;
+    ucp_worker_h worker           = work->worker;
+    ucp_lane_index_t lane;
+    ucs_status_t status;
+    ucp_ep_h ep;
+
+    UCS_ASYNC_BLOCK(&worker->async);
+    status = ucp_worker_get_ep_by_id(worker, work->ep_id, &ep);
+    if ((status != UCS_OK) || (ep->flags & UCP_EP_FLAG_FAILED)) {
+        goto out;
+    }
+
+    lane = ucp_failover_msg_lane(ep, &work->msg);
+    if (lane == UCP_NULL_LANE) {
+        ucs_diag("ep %p: LANE_DOWN for peer lane %d names no lane of ours",
+                 ep, work->msg.sender_lane);
+    } else if (ucp_failover_lane_is_failed(ep, lane)) {
+        ucs_debug("ep %p: LANE_DOWN for lane[%d], which already failed", ep,
+                  lane);
+    } else if (ucp_failover_lane_can_fail(ep, lane)) {
+        ucp_failover_lane_down(ep, lane, "peer reported", UCS_OK, 0);
+    } else {
+        ucs_diag("ep %p: LANE_DOWN for lane[%d], which cannot fail over",
+                 ep, lane);
+    }
+
+out:
+    UCS_ASYNC_UNBLOCK(&worker->async);
+    ucs_free(work);
+    return 1;
+}
+
+static ucs_status_t
+ucp_failover_msg_handler(void *arg, void *data, size_t length, unsigned flags)
+{
+    ucp_worker_h worker            = arg;
+    uct_worker_cb_id_t prog_id     = UCS_CALLBACKQ_ID_NULL;
+    ucp_failover_msg_work_t *work;
+
+    if (length != (sizeof(uint64_t) + sizeof(ucp_failover_msg_t))) {
+        ucs_diag("worker %p: ignoring failover message of %zu bytes", worker,
+                 length);
+        return UCS_OK;
+    }
+
+    work = ucs_malloc(sizeof(*work), "failover_msg_work");
+    if (work == NULL) {
+        ucs_error("worker %p: no memory for a failover message", worker);
+        return UCS_OK;
+    }
+
+    work->worker = worker;
+    memcpy(&work->ep_id, data, sizeof(work->ep_id));
+    memcpy(&work->msg, UCS_PTR_BYTE_OFFSET(data, sizeof(uint64_t)),
+           sizeof(work->msg));
+    if (work->msg.type != UCP_FAILOVER_MSG_LANE_DOWN) {
+        ucs_diag("worker %p: ignoring failover message of type %d", worker,
+                 work->msg.type);
+        ucs_free(work);
+        return UCS_OK;
+    }
+
+    /* the lane switch runs on the progress thread, outside UCT callbacks */
+    uct_worker_progress_register_safe(worker->uct, ucp_failover_msg_handle,
+                                      work, UCS_CALLBACKQ_FLAG_ONESHOT,
+                                      &prog_id);
+    ucp_worker_signal_internal(worker);
+    return UCS_OK;
+}
+
+static void ucp_failover_msg_dump(ucp_worker_h worker, uct_am_trace_type_t type,
+                                  uint8_t id, const void *data, size_t length,
+                                  char *buffer, size_t max)
+{
+    const ucp_failover_msg_t *msg = UCS_PTR_BYTE_OFFSET(data,
+                                                        sizeof(uint64_t));
+
+    snprintf(buffer, max, "FAILOVER type %d sender_lane %d receiver_lane %d",
+             msg->type, msg->sender_lane, msg->receiver_lane);
+}
+
+UCP_DEFINE_AM(UINT64_MAX, UCP_AM_ID_FAILOVER, ucp_failover_msg_handler,
+              ucp_failover_msg_dump, UCT_CB_FLAG_ASYNC);
