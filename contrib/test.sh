@@ -28,6 +28,7 @@ mkdir -p "$MRFO_RESULTS"
 . "$top/test/multirail/lib.sh"
 . "$top/test/multirail/tests_gtest.sh"
 . "$top/test/multirail/tests_stock.sh"
+. "$top/test/multirail/tests_failover.sh"
 
 cleanup() { "$MR_BED" down >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -37,6 +38,7 @@ unset $(env | sed -n 's/^\(UCX_[A-Z0-9_]*\)=.*/\1/p') 2>/dev/null || true
 t0=$(date +%s)
 mr_gtest_all
 mr_stock_all
+mr_failover_all
 cleanup
 
 echo "test time: $(( $(date +%s) - t0 )) s; logs: $MRFO_RESULTS" >&2

@@ -91,6 +91,21 @@ mr_rail_tx() {
         awk '$1 ~ /^[0-9]+$/ {s += $1} END {print s + 0}'
 }
 
+# Bytes a rail carried (tx) in timeline intervals that end after wall time
+# FROM (and before TO, if given)
+mr_rail_tx_between() {
+    local file=$1 rail=$2 from=$3 to=${4:-9e18}
+    grep '^TL ' "$file" | awk -v r="${rail}_tx" -v f="$from" -v t="$to" '
+        { w = 0; v = 0
+          for (i = 2; i <= NF; i++) {
+              split($i, kv, "=")
+              if (kv[1] == "wall") w = kv[2]
+              if (kv[1] == r && kv[2] ~ /^[0-9]+$/) v = kv[2]
+          }
+          if (w > f && w <= t) s += v }
+        END { print s + 0 }'
+}
+
 mr_now() { date +%s.%N; }
 
 mr_elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }

@@ -9,6 +9,7 @@
 
 #include <ucp/core/ucp_types.h>
 #include <ucs/config/parser.h>
+#include <ucs/datastruct/callbackq.h>
 #include <ucs/type/status.h>
 
 #include <stdio.h>
@@ -72,6 +73,9 @@ typedef struct ucp_failover_ep {
     ucp_lane_map_t   peer_lane_valid;          /* Which peer_lane[] are known */
     ucp_lane_index_t peer_lane[UCP_MAX_LANES]; /* The peer's index of a lane */
     uint16_t         num_failovers;            /* Lane failovers so far */
+    uint32_t         num_restarts;             /* Restarts since the last
+                                                  lane failover */
+    uint32_t         num_redriven;             /* Requests re-driven, total */
 } ucp_failover_ep_t;
 
 
@@ -105,6 +109,27 @@ void ucp_failover_ep_set_peer_lanes(ucp_ep_h ep,
  */
 ucs_status_t ucp_failover_lane_error(ucp_ep_h ep, ucp_lane_index_t lane,
                                      ucs_status_t status);
+
+
+/**
+ * Rendezvous completion hook: the data transfer of @a req (a rendezvous send
+ * or receive doing GET/PUT zcopy) completed with an error. Restart it on the
+ * surviving lanes if the endpoint can fail over.
+ *
+ * @return 1 if the request was taken over (it will complete later), 0 if it
+ *         must complete with the error as it does without failover.
+ */
+int ucp_failover_rndv_restart(ucp_request_t *req);
+
+
+/**
+ * Flush completion hook: the flush request @a req completed with an error.
+ * If the endpoint can fail over, flush its current lanes again (the failed
+ * ones are skipped), resuming through @a flush_cb.
+ *
+ * @return 1 if the flush was restarted, 0 if it must complete with the error.
+ */
+int ucp_failover_flush_restart(ucp_request_t *req, ucs_callback_t flush_cb);
 
 
 /** Whether @a lane of the endpoint failed over (it holds a failed stub) */

@@ -36,6 +36,10 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
 void ucp_failover_replay(ucp_ep_h ep, ucs_queue_head_t *replay_q);
 
 
+/** Make a purged pending request follow the endpoint's new configuration */
+void ucp_failover_reroute(ucp_request_t *req);
+
+
 /** Tell the peer that @a lane failed (a LANE_DOWN message) */
 void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane);
 

@@ -110,10 +110,10 @@ void ucp_failover_ep_print(ucp_ep_h ep, FILE *stream)
     }
 
     fprintf(stream, "#                 multi-rail failover: %s, %u lane "
-            "failover(s), failed lanes 0x%x\n",
+            "failover(s), failed lanes 0x%x, %u request(s) re-driven\n",
             (fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) ?
             "negotiated" : "not negotiated (peer without failover)",
-            fo->num_failovers, fo->failed_lanes);
+            fo->num_failovers, fo->failed_lanes, fo->num_redriven);
 }
 
 /*
@@ -260,6 +260,7 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
     }
 
     fo->failed_lanes |= UCS_BIT(lane);
+    fo->num_restarts  = 0;
     ++fo->num_failovers;
 
     /* From now on nothing reaches the lane's transport endpoint */
@@ -297,12 +298,12 @@ void ucp_failover_replay(ucp_ep_h ep, ucs_queue_head_t *replay_q)
     ucs_queue_head_t queue;
     ucp_request_t *req;
 
-    /* they are no longer pending anywhere */
+    /* they are no longer pending anywhere, and those that cached a lane
+     * (RMA, AMO) take one of the current configuration */
     ucs_queue_head_init(&queue);
     ucs_queue_for_each_extract(uct_req, replay_q, priv, 1) {
-        req                    = ucs_container_of(uct_req, ucp_request_t,
-                                                  send.uct);
-        req->send.pending_lane = UCP_NULL_LANE;
+        req = ucs_container_of(uct_req, ucp_request_t, send.uct);
+        ucp_failover_reroute(req);
         ucs_queue_push(&queue, (ucs_queue_elem_t*)uct_req->priv);
     }
 

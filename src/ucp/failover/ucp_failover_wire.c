@@ -34,7 +34,9 @@ typedef struct {
     uint8_t          type;          /* UCP_FAILOVER_MSG_* */
     ucp_lane_index_t sender_lane;   /* the lane, in the sender's numbering */
     ucp_lane_index_t receiver_lane; /* in the receiver's, or UCP_NULL_LANE */
-    uint8_t          reserved[5];
+    ucp_lane_index_t num_lanes;     /* the sender's number of lanes */
+    uint16_t         tl_name_csum;  /* checksum of the lane's transport name */
+    uint8_t          reserved[2];
 } UCS_S_PACKED ucp_failover_msg_t;
 
 
@@ -45,6 +47,14 @@ typedef struct {
     ucp_failover_msg_t msg;
 } ucp_failover_msg_work_t;
 
+
+static uint16_t ucp_failover_lane_tl_csum(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    ucp_rsc_index_t rsc_index = ucp_ep_get_rsc_index(ep, lane);
+
+    return (rsc_index == UCP_NULL_RESOURCE) ? 0 :
+           ep->worker->context->tl_rscs[rsc_index].tl_name_csum;
+}
 
 static ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
 {
@@ -100,6 +110,8 @@ void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
     msg->sender_lane   = lane;
     msg->receiver_lane = (fo->peer_lane_valid & UCS_BIT(lane)) ?
                          fo->peer_lane[lane] : UCP_NULL_LANE;
+    msg->num_lanes     = ucp_ep_num_lanes(ep);
+    msg->tl_name_csum  = ucp_failover_lane_tl_csum(ep, lane);
     memset(msg->reserved, 0, sizeof(msg->reserved));
 
     req->flags             = 0;
@@ -112,7 +124,14 @@ void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
     ucp_request_send(req);
 }
 
-/* Which of our lanes the peer means */
+/*
+ * Which of our lanes the peer means: its index in our numbering if the peer
+ * knows it, else the inverse of the lane map wireup computed on our side.
+ * Lanes connected to the peer's interface (not to a peer endpoint) have no
+ * such map on either side; then assume the peers number their lanes alike
+ * (they select lanes from resources listed in the same, name, order), and
+ * accept it only if the lane counts and the transport names agree.
+ */
 static ucp_lane_index_t
 ucp_failover_msg_lane(ucp_ep_h ep, const ucp_failover_msg_t *msg)
 {
@@ -129,6 +148,14 @@ ucp_failover_msg_lane(ucp_ep_h ep, const ucp_failover_msg_t *msg)
             (fo->peer_lane[lane] == msg->sender_lane)) {
             return lane;
         }
+    }
+
+    lane = msg->sender_lane;
+    if (!(fo->peer_lane_valid & UCS_BIT(lane)) &&
+        (msg->num_lanes == ucp_ep_num_lanes(ep)) &&
+        (lane < ucp_ep_num_lanes(ep)) &&
+        (msg->tl_name_csum == ucp_failover_lane_tl_csum(ep, lane))) {
+        return lane;
     }
 
     return UCP_NULL_LANE;

@@ -14,7 +14,7 @@
  *
  * Output (stdout, one record per line, "KIND key=value ..."):
  *   START  role=... conn=... err_mode=... apis=... sizes=...
- *   TL     t=... msgs=... bytes=... <rail>_tx=... <rail>_rx=...   (timeline)
+ *   TL     t=... wall=... msgs=... bytes=... <rail>_tx=... <rail>_rx=...
  *   EVENT  t=... wall=... kind=error_cb|op_error|hang|... status="..."
  *   RESULT role=... status=ok|violation|error|hang ...
  * Exit code: 0 ok, 1 violation, 2 error callback or failed operation,
@@ -443,8 +443,8 @@ static void timeline(int force)
     }
 
     g.tl_next = t + g.interval;
-    printf("TL t=%.3f msgs=%" PRIu64 " bytes=%" PRIu64, t - g.t0, g.tl_msgs,
-           g.tl_bytes);
+    printf("TL t=%.3f wall=%.3f msgs=%" PRIu64 " bytes=%" PRIu64, t - g.t0,
+           wall(), g.tl_msgs, g.tl_bytes);
     for (i = 0; i < g.num_rails; ++i) {
         if ((read_rail_counter(g.rails[i], "tx_bytes", &tx) == 0) &&
             (read_rail_counter(g.rails[i], "rx_bytes", &rx) == 0)) {
@@ -532,9 +532,9 @@ static int check_status(op_t *op, const char *what)
     }
     if (!g.done) {
         ++g.op_errors;
-        event("op_error", "api=%s op=%s seq=%" PRIu64 " status=\"%s\"",
-              api_names[op->api], what, op->seq,
-              ucs_status_string(op->status));
+        event("op_error", "api=%s op=%s seq=%" PRIu64 " phase=%d size=%zu "
+              "status=\"%s\"", api_names[op->api], what, op->seq, op->phase,
+              op->size, ucs_status_string(op->status));
     }
     return -1;
 }

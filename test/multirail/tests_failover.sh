@@ -1,0 +1,134 @@
+# Lane failover on the test bed (sourced by contrib/test.sh): real processes,
+# real faults, every API streaming; with UCX_MULTIRAIL_FAILOVER=y a fault on
+# a rail that is not the am lane's must cost nothing.
+
+# failover on, and the info lines that name each failed lane
+MR_FO_ENV="UCX_MULTIRAIL_FAILOVER=y UCX_LOG_LEVEL=info"
+
+# mr_pair_start RAILS DURATION "SERVER_ENV" "CLIENT_ENV" [mr_check args]:
+# start the checker pair in MR_DIR (the env strings are split on spaces)
+mr_pair_start() {
+    local rails=$1 duration=$2 senv=$3 cenv=$4
+    shift 4
+    # shellcheck disable=SC2086
+    mr_server_start "$MR_DIR" "$rails" $senv -- --hang-timeout 20 "$@" ||
+        { mr_fail "server did not start"; return 1; }
+    # shellcheck disable=SC2086
+    mr_client_start "$MR_DIR" "$rails" $cenv -- --duration "$duration" \
+        --hang-timeout 20 "$@"
+}
+
+# Wall time of the first "lane[...] tcp/rI failed" info line in FILE
+mr_failover_wall() {
+    grep -m1 "tcp/$2 failed (" "$1" | sed -n 's/^\[\([0-9.]*\)\].*/\1/p'
+}
+
+# t_failover_fault RAILS KIND RAIL SIDE CONN ERRMODE [SYSCTL...]
+t_failover_fault() {
+    local rails=$1 kind=$2 rail=$3 side=$4 conn=$5 errmode=$6 MR_NET_MGMT=1
+    local t_fault role w dt i tx
+    shift 6
+    [ "$conn" = address ] && MR_NET_MGMT=0
+    "$MR_BED" up --rails "$rails" --rate 500mbit
+    for sc in "$@"; do "$MR_BED" sysctl "$sc"; done
+    mr_pair_start "$rails" 9 "$MR_FO_ENV" "$MR_FO_ENV" --conn "$conn" \
+        --err-mode "$errmode" || return 0
+    sleep 2.5
+    t_fault=$(mr_now)
+    "$MR_BED" fault "$kind" "$rail" "$side"
+    mr_pair_wait "$MR_DIR"
+    mr_expect_clean "$MR_DIR"
+    for role in client server; do
+        w=$(mr_failover_wall "$MR_DIR/$role.out" "r$rail")
+        if [ -z "$w" ]; then
+            mr_fail "$role did not fail over r$rail"
+            continue
+        fi
+        dt=$(mr_elapsed "$t_fault" "$w")
+        mr_note+=" ${role}_failover_after=${dt}s"
+    done
+    # the surviving rails carry the traffic after the fault
+    w=$(mr_failover_wall "$MR_DIR/client.out" "r$rail")
+    for ((i = 0; i < rails; i++)); do
+        [ "$i" = "$rail" ] && continue
+        tx=$(mr_rail_tx_between "$MR_DIR/client.out" "r$i" "${w:-$t_fault}")
+        mr_note+=" r${i}_tx_after=$tx"
+        [ "$tx" -ge 5000000 ] || mr_fail "r$i carried only $tx bytes after the failover"
+    done
+}
+
+# Two rails fail one after the other on a three-rail bed; r0 (am lane) stays
+t_failover_two_faults() {
+    local role n
+    "$MR_BED" up --rails 3 --rate 500mbit
+    mr_pair_start 3 9 "$MR_FO_ENV" "$MR_FO_ENV" || return 0
+    sleep 2.5
+    "$MR_BED" fault rst 2 a
+    sleep 2
+    "$MR_BED" fault rst 1 b
+    mr_pair_wait "$MR_DIR"
+    mr_expect_clean "$MR_DIR"
+    for role in client server; do
+        n=$(grep -c "failed (.*endpoint continues" "$MR_DIR/$role.out" || true)
+        mr_expect_eq "$role lane failovers" 2 "$n"
+    done
+}
+
+# The am lane's rail fails: until sequencing lands (issue 4) the endpoint
+# fails, cleanly and promptly, with the error callback on both sides
+t_failover_amlane_fails_cleanly() {
+    local role
+    "$MR_BED" up --rails 2 --rate 500mbit
+    mr_pair_start 2 30 "$MR_FO_ENV" "$MR_FO_ENV" || return 0
+    sleep 2.5
+    "$MR_BED" fault rst 0 a
+    mr_pair_wait "$MR_DIR"
+    for role in client server; do
+        mr_expect_eq "$role err_cb" 1 "$(mr_result "$MR_DIR/$role.out" err_cb)"
+        mr_expect_eq "$role hang" 0 "$(mr_result "$MR_DIR/$role.out" hang)"
+    done
+}
+
+# A peer without failover: the endpoint is stock on both sides, so a fault
+# on r1 kills it as it does today, and no failover message is ever sent
+t_failover_stock_peer() {
+    local role
+    "$MR_BED" up --rails 2 --rate 500mbit
+    mr_pair_start 2 30 "UCX_MULTIRAIL_FAILOVER=n UCX_LOG_LEVEL=info" \
+        "$MR_FO_ENV" || return 0
+    sleep 2.5
+    "$MR_BED" fault rst 1 a
+    mr_pair_wait "$MR_DIR"
+    for role in client server; do
+        mr_expect_eq "$role err_cb" 1 "$(mr_result "$MR_DIR/$role.out" err_cb)"
+        if grep -q "endpoint continues" "$MR_DIR/$role.out"; then
+            mr_fail "$role failed over a lane with a stock peer"
+        fi
+        if grep -q "got active message id" "$MR_DIR/$role.out"; then
+            mr_fail "$role received an AM it has no handler for"
+        fi
+    done
+}
+
+mr_failover_all() {
+    mr_run_test failover_rst_r1_sockaddr_peer t_failover_fault 2 rst 1 a \
+        sockaddr peer
+    mr_run_test failover_rst_r1_target_address_none t_failover_fault 2 rst 1 b \
+        address none
+    mr_run_test failover_linkdown_r1_retries3 t_failover_fault 2 down 1 a \
+        sockaddr peer net.ipv4.tcp_retries2=3
+    mr_run_test failover_drop_both_r1_target_retries3 t_failover_fault 2 \
+        drop-both 1 b sockaddr none net.ipv4.tcp_retries2=3
+    # Known gap: in worker-address mode 64 KiB messages go eager with their
+    # middle fragments on r1 (UCX_MAX_EAGER_RAILS=2); those a silent fault
+    # strands in r1's socket buffer are not re-sent yet (needs the retained
+    # copies of the exactly-once work), so the blackhole runs client/server
+    mr_run_test failover_blackhole_r1_retries3 t_failover_fault 2 blackhole 1 \
+        both sockaddr peer net.ipv4.tcp_retries2=3
+    mr_run_test failover_delete_r1_retries3 t_failover_fault 2 delete 1 a \
+        sockaddr peer net.ipv4.tcp_retries2=3
+    mr_run_test failover_3rail_two_faults t_failover_two_faults
+    mr_run_test failover_amlane_fails_cleanly t_failover_amlane_fails_cleanly
+    mr_run_test failover_stock_peer t_failover_stock_peer
+    "$MR_BED" down
+}
