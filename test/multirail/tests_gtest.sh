@@ -47,7 +47,9 @@ mr_gtest() {
 # then shows the fix, not luck.
 mr_gtest_devorder() {
     local ns=${MRBED_PREFIX:-mrfo}-gt i order sorted
-    if [ -n "${MR_FILTER:-}" ] && ! [[ gtest_tcp_device_order == $MR_FILTER ]]; then
+    if [ -n "${MR_FILTER:-}" ] &&
+       ! [[ gtest_tcp_device_order == $MR_FILTER ]] &&
+       ! [[ gtest_lane_failover == $MR_FILTER ]]; then
         return 0
     fi
     ip netns del "$ns" 2>/dev/null || true
@@ -66,6 +68,9 @@ mr_gtest_devorder() {
     [ "$order" = "$sorted" ] &&
         echo "  note: readdir order happens to be sorted here" >&2
     mr_gtest tcp_device_order 'test_uct_tcp_device_order.*' "$ns"
+    # lane failover between two workers needs two devices for two lanes
+    UCX_NET_DEVICES=d0x,d1x \
+        mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
     ip netns del "$ns"
 }
 

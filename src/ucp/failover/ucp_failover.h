@@ -73,6 +73,7 @@ typedef struct ucp_failover_ep {
     ucp_lane_map_t   peer_lane_valid;          /* Which peer_lane[] are known */
     ucp_lane_index_t peer_lane[UCP_MAX_LANES]; /* The peer's index of a lane */
     uint16_t         num_failovers;            /* Lane failovers so far */
+    uint64_t         peer_uuid;                /* The peer worker's UUID */
     uint32_t         num_restarts;             /* Restarts since the last
                                                   lane failover */
     uint32_t         num_redriven;             /* Requests re-driven, total */
@@ -84,10 +85,13 @@ typedef struct ucp_failover_ep {
 
 
 /**
- * Wireup hook: decide whether failover is used on the endpoint, from the
- * remote interfaces its lanes connect to (every one must advertise it).
+ * Wireup hook, after lane selection: decide whether failover is used on the
+ * endpoint, from the remote interfaces its lanes connect to (every one must
+ * advertise it); and if lanes of the endpoint already failed over, take them
+ * out of the re-selected @a key as well, so that a late wireup message does
+ * not ask for a different configuration.
  */
-void ucp_failover_ep_negotiate(ucp_ep_h ep, const ucp_ep_config_key_t *key,
+void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
                                const ucp_unpacked_address_t *remote_address,
                                const unsigned *addr_indices);
 

@@ -31,13 +31,26 @@ ucp_failover_ep_t *ucp_failover_ep(ucp_ep_h ep)
     return &ucp_ep_ext_control(ep)->failover;
 }
 
-void ucp_failover_ep_negotiate(ucp_ep_h ep, const ucp_ep_config_key_t *key,
+static void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
+                                          ucp_lane_map_t failed,
+                                          ucs_string_buffer_t *strb);
+
+void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
                                const ucp_unpacked_address_t *remote_address,
                                const unsigned *addr_indices)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    UCS_STRING_BUFFER_ONSTACK(strb, 128);
     const ucp_address_entry_t *ae;
     ucp_lane_index_t lane;
+
+    if (fo->failed_lanes != 0) {
+        /* a connected endpoint keeps its failed lanes failed */
+        ucp_failover_key_remove_lanes(key, fo->failed_lanes, &strb);
+        ucs_debug("ep %p: re-selected lanes without failed lanes 0x%x:%s", ep,
+                  fo->failed_lanes, ucs_string_buffer_cstr(&strb));
+        return;
+    }
 
     fo->flags &= ~UCP_FAILOVER_EP_FLAG_NEGOTIATED;
     if (!ucp_failover_is_enabled(ep->worker->context) ||
@@ -59,7 +72,8 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, const ucp_ep_config_key_t *key,
         }
     }
 
-    fo->flags |= UCP_FAILOVER_EP_FLAG_NEGOTIATED;
+    fo->flags    |= UCP_FAILOVER_EP_FLAG_NEGOTIATED;
+    fo->peer_uuid = remote_address->uuid;
     ucs_debug("ep %p: multi-rail failover negotiated with the peer", ep);
 }
 
@@ -174,13 +188,11 @@ static void ucp_failover_replace_lane(ucp_lane_index_t *lane_p,
     }
 }
 
-/* The endpoint configuration key without the failed lanes' roles */
-static void ucp_failover_make_key(ucp_ep_h ep, ucp_lane_map_t failed,
-                                  ucp_ep_config_key_t *key,
-                                  ucs_string_buffer_t *strb)
+/* Take the failed lanes' roles out of an endpoint configuration key */
+static void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
+                                          ucp_lane_map_t failed,
+                                          ucs_string_buffer_t *strb)
 {
-    *key = ucp_ep_config(ep)->key;
-
     ucs_assert(!(failed & UCS_BIT(key->am_lane)));
     ucp_failover_replace_lanes(key->am_bw_lanes, failed, strb, "am_bw");
     ucp_failover_replace_lanes(key->rma_bw_lanes, failed, strb, "rma_bw");
@@ -250,7 +262,9 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
     ucs_assert(ucp_failover_lane_can_fail(ep, lane));
 
     ucp_failover_lane_desc(ep, lane, &desc);
-    ucp_failover_make_key(ep, fo->failed_lanes | UCS_BIT(lane), &key, &moved);
+    key = ucp_ep_config(ep)->key;
+    ucp_failover_key_remove_lanes(&key, fo->failed_lanes | UCS_BIT(lane),
+                                  &moved);
     cfg_status = ucp_worker_get_ep_config(worker, &key, 0, &cfg_index);
     if (cfg_status != UCS_OK) {
         ucs_error("ep %p: cannot fail over %s, no configuration without it: %s",

@@ -29,14 +29,20 @@ enum {
 };
 
 
-/* LANE_DOWN: the receiver's endpoint id travels as the AM short header */
+/*
+ * LANE_DOWN. The AM short header is the receiver's endpoint id when the
+ * sender knows it; else it is UCS_PTR_MAP_KEY_INVALID and the receiver finds
+ * its endpoint by the sender's worker UUID and the pair's connection number
+ * (worker-address endpoints learn the peer's id only later).
+ */
 typedef struct {
     uint8_t          type;          /* UCP_FAILOVER_MSG_* */
     ucp_lane_index_t sender_lane;   /* the lane, in the sender's numbering */
     ucp_lane_index_t receiver_lane; /* in the receiver's, or UCP_NULL_LANE */
     ucp_lane_index_t num_lanes;     /* the sender's number of lanes */
     uint16_t         tl_name_csum;  /* checksum of the lane's transport name */
-    uint8_t          reserved[2];
+    uint16_t         conn_sn;       /* the endpoint pair's connection number */
+    uint64_t         sender_uuid;   /* the sender worker's UUID */
 } UCS_S_PACKED ucp_failover_msg_t;
 
 
@@ -66,7 +72,10 @@ static ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
     req->send.lane = ucp_ep_get_am_lane(ep);
     msg            = req->send.buffer;
     status         = uct_ep_am_short(ucp_ep_get_am_uct_ep(ep),
-                                     UCP_AM_ID_FAILOVER, ucp_ep_remote_id(ep),
+                                     UCP_AM_ID_FAILOVER,
+                                     (ep->flags & UCP_EP_FLAG_REMOTE_ID) ?
+                                     ucp_ep_remote_id(ep) :
+                                     UCS_PTR_MAP_KEY_INVALID,
                                      msg, sizeof(*msg));
     if (status == UCS_ERR_NO_RESOURCE) {
         return UCS_ERR_NO_RESOURCE;
@@ -89,12 +98,6 @@ void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
     ucp_failover_msg_t *msg;
     ucp_request_t *req;
 
-    if (!(ep->flags & UCP_EP_FLAG_REMOTE_ID)) {
-        ucs_debug("ep %p: no remote id yet, LANE_DOWN(lane %d) not sent", ep,
-                  lane);
-        return;
-    }
-
     msg = ucs_malloc(sizeof(*msg), "failover_msg");
     req = ucp_request_get(ep->worker);
     if ((msg == NULL) || (req == NULL)) {
@@ -112,7 +115,8 @@ void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
                          fo->peer_lane[lane] : UCP_NULL_LANE;
     msg->num_lanes     = ucp_ep_num_lanes(ep);
     msg->tl_name_csum  = ucp_failover_lane_tl_csum(ep, lane);
-    memset(msg->reserved, 0, sizeof(msg->reserved));
+    msg->conn_sn       = ep->conn_sn;
+    msg->sender_uuid   = ep->worker->uuid;
 
     req->flags             = 0;
     req->send.ep           = ep;
@@ -161,17 +165,45 @@ ucp_failover_msg_lane(ucp_ep_h ep, const ucp_failover_msg_t *msg)
     return UCP_NULL_LANE;
 }
 
+/* The endpoint a LANE_DOWN is for, by id or else by (peer UUID, conn_sn) */
+static ucp_ep_h ucp_failover_msg_ep(ucp_worker_h worker, uint64_t ep_id,
+                                    const ucp_failover_msg_t *msg)
+{
+    ucp_ep_ext_gen_t *ep_ext;
+    ucp_ep_h ep;
+
+    if (ep_id != UCS_PTR_MAP_KEY_INVALID) {
+        return (ucp_worker_get_ep_by_id(worker, ep_id, &ep) == UCS_OK) ?
+               ep : NULL;
+    }
+
+    ucs_list_for_each(ep_ext, &worker->all_eps, ep_list) {
+        ep = ucp_ep_from_ext_gen(ep_ext);
+        if ((ucp_failover_ep(ep)->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) &&
+            (ucp_failover_ep(ep)->peer_uuid == msg->sender_uuid) &&
+            (ep->conn_sn == msg->conn_sn)) {
+            return ep;
+        }
+    }
+
+    return NULL;
+}
+
 static unsigned ucp_failover_msg_handle(void *arg)
 {
     ucp_failover_msg_work_t *work = arg;
     ucp_worker_h worker           = work->worker;
     ucp_lane_index_t lane;
-    ucs_status_t status;
     ucp_ep_h ep;
 
     UCS_ASYNC_BLOCK(&worker->async);
-    status = ucp_worker_get_ep_by_id(worker, work->ep_id, &ep);
-    if ((status != UCS_OK) || (ep->flags & UCP_EP_FLAG_FAILED)) {
+    ep = ucp_failover_msg_ep(worker, work->ep_id, &work->msg);
+    if (ep == NULL) {
+        ucs_diag("worker %p: LANE_DOWN for an unknown endpoint", worker);
+        goto out;
+    }
+
+    if (ep->flags & UCP_EP_FLAG_FAILED) {
         goto out;
     }
 

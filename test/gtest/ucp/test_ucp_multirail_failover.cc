@@ -259,3 +259,244 @@ UCS_TEST_F(test_uct_tcp_device_order, sorted_by_name) {
     tcp_devices(again);
     EXPECT_EQ(names, again);
 }
+
+
+extern "C" {
+#include <ucp/core/ucp_ep.inl>
+#include <uct/base/uct_iface.h>
+}
+
+/*
+ * Lane failover between two workers of this process over TCP. A lane is
+ * failed by reporting an error on its UCT endpoint through UCX's own path
+ * (uct_iface_handle_ep_err), as a transport does. The test command runs this
+ * in a network namespace with several devices, so that endpoints get two
+ * data lanes; with one lane the cases skip.
+ */
+class test_ucp_multirail_failover : public ucp_test {
+public:
+    enum {
+        ERR_MODE_PEER = 0,
+        ERR_MODE_NONE = 1
+    };
+
+    static void get_test_variants(std::vector<ucp_test_variant> &variants)
+    {
+        add_variant_with_value(variants, UCP_FEATURE_TAG, ERR_MODE_PEER,
+                               "peer");
+        add_variant_with_value(variants, UCP_FEATURE_TAG, ERR_MODE_NONE,
+                               "none");
+    }
+
+    test_ucp_multirail_failover() : m_err_count(0)
+    {
+        modify_config("MULTIRAIL_FAILOVER", "y", SETENV_IF_NOT_EXIST);
+        modify_config("MAX_EAGER_RAILS", "2");
+        modify_config("MAX_RNDV_RAILS", "2");
+    }
+
+    void init()
+    {
+        ucp_test::init();
+        sender().connect(&receiver(), get_ep_params());
+        receiver().connect(&sender(), get_ep_params());
+        /* complete wireup both ways */
+        exchange(8, 1);
+    }
+
+protected:
+    ucp_ep_params_t get_ep_params()
+    {
+        ucp_ep_params_t params = {};
+
+        if (get_variant_value() == ERR_MODE_PEER) {
+            params.field_mask      = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                                     UCP_EP_PARAM_FIELD_ERR_HANDLER;
+            params.err_mode        = UCP_ERR_HANDLING_MODE_PEER;
+            params.err_handler.cb  = err_cb;
+            params.err_handler.arg = this;
+        }
+        return params;
+    }
+
+    static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
+    {
+        static_cast<test_ucp_multirail_failover*>(arg)->m_err_count++;
+    }
+
+    /* A lane of the endpoint that may fail over: not am, not CM */
+    static ucp_lane_index_t data_lane(ucp_ep_h ep)
+    {
+        for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+            if ((lane != ucp_ep_get_am_lane(ep)) &&
+                (lane != ucp_ep_get_cm_lane(ep))) {
+                return lane;
+            }
+        }
+        return UCP_NULL_LANE;
+    }
+
+    static unsigned num_failed(ucp_ep_h ep)
+    {
+        return ucs_popcount(ucp_ep_ext_control(ep)->failover.failed_lanes);
+    }
+
+    void skip_unless_two_lanes()
+    {
+        if (data_lane(sender().ep()) == UCP_NULL_LANE) {
+            UCS_TEST_SKIP_R("endpoint has a single data lane");
+        }
+    }
+
+    /* report a transport error on the lane, as UCT does */
+    void fail_lane(entity &e, ucp_lane_index_t lane)
+    {
+        uct_ep_h uct_ep = e.ep()->uct_eps[lane];
+
+        ASSERT_FALSE(ucp_is_uct_ep_failed(uct_ep));
+        UCS_TEST_MESSAGE << "failing lane[" << int(lane) << "]";
+        uct_iface_handle_ep_err(uct_ep->iface, uct_ep,
+                                UCS_ERR_ENDPOINT_TIMEOUT);
+    }
+
+    /* both workers, until the peer followed (or a timeout) */
+    void wait_peer_failed(entity &e, unsigned count)
+    {
+        ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+
+        while ((num_failed(e.ep()) < count) && (ucs_get_time() < deadline)) {
+            progress();
+        }
+        EXPECT_EQ(count, num_failed(e.ep()));
+    }
+
+    /* tagged messages both ways, every byte checked */
+    void exchange(size_t size, int count)
+    {
+        for (int i = 0; i < count; ++i) {
+            send_recv(sender(), receiver(), size, i);
+            send_recv(receiver(), sender(), size, i + 1000);
+        }
+    }
+
+    void send_recv(entity &from, entity &to, size_t size, int seed)
+    {
+        std::vector<char> sbuf(size), rbuf(size, 0);
+        ucp_request_param_t param = {};
+
+        for (size_t i = 0; i < size; ++i) {
+            sbuf[i] = (char)(i * 7 + seed);
+        }
+
+        void *rreq = ucp_tag_recv_nbx(to.worker(), rbuf.data(), size, seed,
+                                      (ucp_tag_t)-1, &param);
+        void *sreq = ucp_tag_send_nbx(from.ep(), sbuf.data(), size, seed,
+                                      &param);
+        ASSERT_UCS_OK(requests_wait({sreq, rreq}));
+        ASSERT_TRUE(sbuf == rbuf) << "size " << size;
+    }
+
+    std::string ep_info(entity &e)
+    {
+        char *buf   = NULL;
+        size_t size = 0;
+        FILE *f     = open_memstream(&buf, &size);
+
+        ucp_ep_print_info(e.ep(), f);
+        fclose(f);
+        std::string str(buf, size);
+        free(buf);
+        return str;
+    }
+
+    size_t m_err_count;
+};
+
+UCS_TEST_P(test_ucp_multirail_failover, negotiated)
+{
+    skip_unless_two_lanes();
+    EXPECT_NE(0, ucp_ep_ext_control(sender().ep())->failover.flags &
+                 UCP_FAILOVER_EP_FLAG_NEGOTIATED);
+    EXPECT_NE(std::string::npos, ep_info(sender()).find("state:up"));
+    EXPECT_NE(std::string::npos, ep_info(sender()).find("negotiated"));
+}
+
+UCS_TEST_P(test_ucp_multirail_failover, idle_lane_fails_over)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+
+    fail_lane(sender(), lane);
+    EXPECT_TRUE(ucp_failover_lane_is_failed(sender().ep(), lane));
+    EXPECT_TRUE(ucp_is_uct_ep_failed(sender().ep()->uct_eps[lane]));
+    wait_peer_failed(receiver(), 1); /* LANE_DOWN reached the peer */
+
+    /* eager, multi-fragment and rendezvous traffic goes on, both ways */
+    exchange(8, 10);
+    exchange(20000, 4);
+    exchange(1 << 20, 4);
+    EXPECT_EQ(0u, m_err_count);
+    EXPECT_EQ(1u, num_failed(sender().ep()));
+    EXPECT_NE(std::string::npos, ep_info(sender()).find("state:failed"));
+    EXPECT_FALSE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
+    EXPECT_FALSE(receiver().ep()->flags & UCP_EP_FLAG_FAILED);
+}
+
+UCS_TEST_P(test_ucp_multirail_failover, receiver_side_fails_first)
+{
+    skip_unless_two_lanes();
+
+    fail_lane(receiver(), data_lane(receiver().ep()));
+    wait_peer_failed(sender(), 1);
+    exchange(1 << 20, 4);
+    exchange(100, 4);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+UCS_TEST_P(test_ucp_multirail_failover, both_sides_at_once)
+{
+    skip_unless_two_lanes();
+
+    fail_lane(sender(), data_lane(sender().ep()));
+    fail_lane(receiver(), data_lane(receiver().ep()));
+    short_progress_loop();
+    EXPECT_EQ(1u, num_failed(sender().ep()));
+    EXPECT_EQ(1u, num_failed(receiver().ep()));
+    exchange(1 << 20, 2);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/* Losing the am lane fails the endpoint, cleanly, as without failover */
+UCS_TEST_P(test_ucp_multirail_failover, am_lane_fails_endpoint)
+{
+    skip_unless_two_lanes();
+    if (get_variant_value() == ERR_MODE_NONE) {
+        UCS_TEST_SKIP_R("no error callback in err mode none");
+    }
+
+    scoped_log_handler wrap_err(wrap_errors_logger);
+    fail_lane(sender(), ucp_ep_get_am_lane(sender().ep()));
+    wait_for_flag(&m_err_count);
+    EXPECT_EQ(1u, m_err_count);
+    EXPECT_TRUE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
+}
+
+/* Without failover a lane error fails the endpoint, as stock UCX does */
+UCS_TEST_P(test_ucp_multirail_failover, off_is_stock, "MULTIRAIL_FAILOVER=n")
+{
+    skip_unless_two_lanes();
+    if (get_variant_value() == ERR_MODE_NONE) {
+        UCS_TEST_SKIP_R("no error callback in err mode none");
+    }
+
+    EXPECT_EQ(0, ucp_ep_ext_control(sender().ep())->failover.flags);
+    EXPECT_EQ(std::string::npos, ep_info(sender()).find("state:"));
+
+    scoped_log_handler wrap_err(wrap_errors_logger);
+    fail_lane(sender(), data_lane(sender().ep()));
+    wait_for_flag(&m_err_count);
+    EXPECT_EQ(1u, m_err_count);
+    EXPECT_TRUE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_failover, tcp, "tcp")
