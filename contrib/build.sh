@@ -133,10 +133,15 @@ build_tree() {
 }
 
 build_checker() {
-    log "building the checker"
+    log "building the checkers"
     make -s -C "$top/test/apps/mrcheck" PREFIX="$MRFO_PREFIX" \
         OUT="$MRFO_PREFIX/bin" ||
         die "checker build failed"
+    # the MPI one is built with Debian's Open MPI, which then runs on our
+    # library through LD_LIBRARY_PATH
+    mpicc -O2 -Wall -Werror -o "$MRFO_PREFIX/bin/mr_mpi_check" \
+        "$top/test/multirail/mpi/mr_mpi_check.c" ||
+        die "MPI checker build failed"
 }
 
 export CCACHE_BASEDIR=$MRFO_BUILD_DIR CCACHE_NOHASHDIR=1

@@ -110,6 +110,49 @@ t_failover_stock_peer() {
     done
 }
 
+# Debian's Open MPI, unmodified, one rank per namespace (pml ucx: worker
+# address endpoints, no error handler), on our library; rail r1 is reset
+# mid-run. mr_mpi_run DIR FAILOVER(y|n) SECONDS
+mr_mpi_run() {
+    local dir=$1 fo=$2 secs=$3 bin=$MRFO_PREFIX/bin
+    timeout -k 5 120 "$MR_BED" exec a mpirun --allow-run-as-root -np 2 \
+        --host "$("$MR_BED" addr a m),$("$MR_BED" addr b m)" \
+        --mca plm_rsh_agent "$(dirname "$MR_BED")/mpi/ns_agent.sh" \
+        --mca oob_tcp_if_include zmgmt --mca pml ucx --mca pml_ucx_tls any \
+        --mca pml_ucx_devices any --mca btl self --mca osc ^ucx \
+        -x UCX_TLS=tcp -x UCX_NET_DEVICES=r0,r1 \
+        -x LD_LIBRARY_PATH="$MRFO_PREFIX/lib" -x UCX_MULTIRAIL_FAILOVER="$fo" \
+        -x UCX_LOG_LEVEL=info "$bin/mr_mpi_check" "$secs" >"$dir/mpi.out" 2>&1
+}
+
+t_mpi_rail_cut() {
+    local fo=$1 rc=0 n
+    "$MR_BED" up --rails 2 --rate 500mbit
+    mr_mpi_run "$MR_DIR" "$fo" 8 &
+    local pid=$!
+    sleep 3.5
+    "$MR_BED" fault rst 1 a
+    wait $pid || rc=$?
+    n=$(grep -c "loaded from $MRFO_PREFIX/lib" "$MR_DIR/mpi.out" || true)
+    mr_expect_eq "ranks on our library" 2 "$n"
+    if [ "$fo" = y ]; then
+        mr_expect_eq "mpirun exit code" 0 "$rc"
+        grep -q "^MPI_RESULT ok" "$MR_DIR/mpi.out" ||
+            mr_fail "no MPI_RESULT ok: $(grep MPI_ "$MR_DIR/mpi.out" | tail -2)"
+        n=$(grep -c "tcp/r1 failed (.*endpoint continues" "$MR_DIR/mpi.out" || true)
+        [ "$n" -ge 2 ] || mr_fail "expected both ranks to fail r1 over, got $n"
+        mr_note="$(grep -o 'iterations=[0-9]*' "$MR_DIR/mpi.out")"
+    else
+        # as today: the job fails (an error, not a hang, not a success)
+        [ "$rc" != 0 ] || mr_fail "the job succeeded with failover off"
+        [ "$rc" != 124 ] || mr_fail "the job hung"
+        grep -q "^MPI_RESULT ok" "$MR_DIR/mpi.out" &&
+            mr_fail "MPI_RESULT ok with failover off"
+        mr_note="mpirun exit code $rc"
+    fi
+    return 0
+}
+
 mr_failover_all() {
     mr_run_test failover_rst_r1_sockaddr_peer t_failover_fault 2 rst 1 a \
         sockaddr peer
@@ -130,5 +173,7 @@ mr_failover_all() {
     mr_run_test failover_3rail_two_faults t_failover_two_faults
     mr_run_test failover_amlane_fails_cleanly t_failover_amlane_fails_cleanly
     mr_run_test failover_stock_peer t_failover_stock_peer
+    mr_run_test mpi_rail_cut_failover_on t_mpi_rail_cut y
+    mr_run_test mpi_rail_cut_failover_off t_mpi_rail_cut n
     "$MR_BED" down
 }

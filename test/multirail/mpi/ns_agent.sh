@@ -1,0 +1,13 @@
+#!/bin/bash
+# Open MPI remote-launch agent for the test bed: "ns_agent.sh HOST CMD..."
+# runs CMD in the bed namespace that owns HOST's management address.
+host=$1
+shift
+bed=$(dirname "$0")/../bed.sh
+for side in a b; do
+    if [ "$host" = "$("$bed" addr "$side" m)" ]; then
+        exec "$bed" exec "$side" /bin/sh -c "$*"
+    fi
+done
+echo "ns_agent.sh: unknown host $host" >&2
+exit 1
