@@ -12,6 +12,7 @@
 #   MR_BENCH_RUNS=N    runs per variant and test (default 5)
 #   MR_BENCH_RATE=R    per-rail tbf rate (default 500mbit)
 #   MR_BENCH_RAILS=N   rails (default 2)
+#   MR_BENCH_CALLGRIND=0  skip the instruction count (valgrind)
 #
 set -eEu -o pipefail
 
@@ -80,6 +81,35 @@ run_one() {
     awk '{print $3, $7}' <<<"$line"
 }
 
+# Instructions spent in the eager send/receive path (valgrind callgrind on
+# the client; inclusive cost of the UCP functions, deterministic, unlike
+# wall-clock latency over veth on 2 cores) -> "FUNC IR" lines
+callgrind_one() {
+    local v=$1 n=20000 spid f=$out/callgrind.$v
+    # shellcheck disable=SC2046
+    env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
+        UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
+        $(variant_env "$v") timeout 300 "$bed" exec b "$perftest" \
+        -p "$port" >/dev/null 2>&1 &
+    spid=$!
+    sleep 0.5
+    # shellcheck disable=SC2046
+    env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
+        UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
+        $(variant_env "$v") timeout 300 "$bed" exec a valgrind \
+        --tool=callgrind --callgrind-out-file="$f" "$perftest" "$server_ip" \
+        -p "$port" -t tag_lat -s 8 -n $n >/dev/null 2>&1 || true
+    wait $spid || true
+    # inclusive instructions per call = total / number of calls
+    awk -f "$top/contrib/callgrind_calls.awk" "$f" | sort >"$f.calls"
+    callgrind_annotate --inclusive=yes --threshold=100 "$f" 2>/dev/null |
+        awk 'match($0, /:(ucp_tag_send_nbx|ucp_tag_recv_nbx|ucp_eager_only_handler) \[/) {
+            fn = substr($0, RSTART + 1, RLENGTH - 3)
+            gsub(",", "", $1)
+            print fn, $1 }' | sort | join - "$f.calls" |
+        awk '{printf "%s %.1f\n", $1, $2 / $3}'
+}
+
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
 for ((r = 1; r <= runs; r++)); do
@@ -111,3 +141,18 @@ done
             'BEGIN { printf "| %s | %.3f | %s | %.3f | %.2f | %.3f |\n", n, l, rg, l / sl, b, b / sb }'
     done
 } | tee "$out/table.md"
+
+if command -v valgrind >/dev/null && [ "${MR_BENCH_CALLGRIND:-1}" = 1 ]; then
+    {
+        echo
+        echo "Instructions per call in the UCP eager path, 8 B tag_lat"
+        echo "(callgrind, client side, inclusive cost / number of calls):"
+        echo
+        echo "| function | ours, failover off | ours, failover on |"
+        echo "|---|---|---|"
+        callgrind_one off | sort >"$out/ir.off"
+        callgrind_one on | sort >"$out/ir.on"
+        join "$out/ir.off" "$out/ir.on" |
+            awk '{printf "| %s | %s | %s |\n", $1, $2, $3}'
+    } | tee -a "$out/table.md"
+fi
