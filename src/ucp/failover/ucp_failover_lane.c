@@ -35,6 +35,28 @@ static void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
                                           ucp_lane_map_t failed,
                                           ucs_string_buffer_t *strb);
 
+/*
+ * Multi-fragment eager/AM data (and rendezvous data sent as AM fragments)
+ * is striped over the am_bw lanes. Over TCP a fragment "completes" when it
+ * is in the socket buffer, so the fragments a silent fault strands on a
+ * non-am lane are lost, and the receiver waits for them forever; re-sending
+ * them needs a retained copy, which does not exist yet. Until it does, such
+ * fragments ride the am lane only on an endpoint that negotiated failover:
+ * losing the am lane fails the endpoint anyway, and losing any other lane
+ * then loses nothing. Positions stay (the slots hold the am lane), so a
+ * request's am_bw_index keeps meaning. Rendezvous zcopy data still stripes
+ * over every rma_bw lane.
+ */
+static void ucp_failover_key_pin_am_bw(ucp_ep_config_key_t *key)
+{
+    int i;
+
+    for (i = 0; (i < UCP_MAX_LANES) && (key->am_bw_lanes[i] != UCP_NULL_LANE);
+         ++i) {
+        key->am_bw_lanes[i] = key->am_lane;
+    }
+}
+
 void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
                                const ucp_unpacked_address_t *remote_address,
                                const unsigned *addr_indices)
@@ -46,6 +68,7 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
 
     if (fo->failed_lanes != 0) {
         /* a connected endpoint keeps its failed lanes failed */
+        ucp_failover_key_pin_am_bw(key);
         ucp_failover_key_remove_lanes(key, fo->failed_lanes, &strb);
         ucs_debug("ep %p: re-selected lanes without failed lanes 0x%x:%s", ep,
                   fo->failed_lanes, ucs_string_buffer_cstr(&strb));
@@ -74,6 +97,7 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
 
     fo->flags    |= UCP_FAILOVER_EP_FLAG_NEGOTIATED;
     fo->peer_uuid = remote_address->uuid;
+    ucp_failover_key_pin_am_bw(key);
     ucs_debug("ep %p: multi-rail failover negotiated with the peer", ep);
 }
 
