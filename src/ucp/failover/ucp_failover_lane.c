@@ -233,22 +233,6 @@ ucp_failover_discarded_cb(void *request, ucs_status_t status, void *user_data)
 {
 }
 
-static void ucp_failover_lane_desc(ucp_ep_h ep, ucp_lane_index_t lane,
-                                   ucs_string_buffer_t *strb)
-{
-    ucp_rsc_index_t rsc_index = ucp_ep_get_rsc_index(ep, lane);
-    const uct_tl_resource_desc_t *rsc;
-
-    if (rsc_index == UCP_NULL_RESOURCE) {
-        ucs_string_buffer_appendf(strb, "lane[%d]", lane);
-        return;
-    }
-
-    rsc = &ep->worker->context->tl_rscs[rsc_index].tl_rsc;
-    ucs_string_buffer_appendf(strb, "lane[%d] " UCT_TL_RESOURCE_DESC_FMT, lane,
-                              UCT_TL_RESOURCE_DESC_ARG(rsc));
-}
-
 int ucp_failover_lane_can_fail(ucp_ep_h ep, ucp_lane_index_t lane)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
@@ -285,7 +269,8 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
     UCP_WORKER_THREAD_CS_CHECK_IS_BLOCKED(worker);
     ucs_assert(ucp_failover_lane_can_fail(ep, lane));
 
-    ucp_failover_lane_desc(ep, lane, &desc);
+    ucs_string_buffer_appendf(&desc, "lane[%d] ", lane);
+    ucp_ep_get_lane_info_str(ep, lane, &desc);
     key = ucp_ep_config(ep)->key;
     ucp_failover_key_remove_lanes(&key, fo->failed_lanes | UCS_BIT(lane),
                                   &moved);
