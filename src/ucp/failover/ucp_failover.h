@@ -15,6 +15,7 @@
 #include <stdio.h>
 
 struct ucs_string_buffer;
+struct ucp_tl_resource_desc;
 
 
 /**
@@ -24,6 +25,8 @@ struct ucs_string_buffer;
 typedef struct ucp_multirail_config {
     /** UCX_MULTIRAIL_FAILOVER: a failed lane fails over to surviving lanes */
     int           enable;
+    /** UCX_MULTIRAIL_LINK_EVENTS: fail lanes on link-down events */
+    int           link_events;
     /** UCX_MULTIRAIL_PROBE_INTERVAL: idle-lane liveness probe interval */
     double        probe_interval;
     /** UCX_MULTIRAIL_PROBE_TIMEOUT: unanswered work/probes fail the lane */
@@ -82,6 +85,26 @@ typedef struct ucp_failover_ep {
 
 #define ucp_failover_is_enabled(_context) \
     ((_context)->config.ext.multirail.enable)
+
+
+/**
+ * Worker hooks: start the worker's rail monitor (link events of the network
+ * devices behind its interfaces, liveness probes of its lanes) when failover
+ * is enabled, and stop it. A monitor that cannot start is logged, and the
+ * worker runs without it.
+ */
+void ucp_failover_worker_init(ucp_worker_h worker);
+void ucp_failover_worker_cleanup(ucp_worker_h worker);
+
+
+/**
+ * Interface configuration hook: with failover enabled, set what the
+ * transport needs to report a dead path in time (e.g. TCP_USER_TIMEOUT on TCP
+ * connections), unless the user set it.
+ */
+void ucp_failover_iface_config(ucp_worker_h worker,
+                               const struct ucp_tl_resource_desc *resource,
+                               uct_iface_config_t *iface_config);
 
 
 /**

@@ -23,13 +23,21 @@ ucs_config_field_t ucp_multirail_config_table[] = {
    "that does not, the endpoint behaves as if it were off.",
    ucs_offsetof(ucp_multirail_config_t, enable), UCS_CONFIG_TYPE_BOOL},
 
+  {"MULTIRAIL_LINK_EVENTS", "y",
+   "Watch the link state of the network devices behind the lanes (rtnetlink):\n"
+   "when a device is set down, loses carrier or is removed, every lane on it\n"
+   "fails over at once, on every endpoint of the worker, instead of when the\n"
+   "transport notices.",
+   ucs_offsetof(ucp_multirail_config_t, link_events), UCS_CONFIG_TYPE_BOOL},
+
   {"MULTIRAIL_PROBE_INTERVAL", "100ms",
    "How often a lane with no completed work is probed for liveness.",
    ucs_offsetof(ucp_multirail_config_t, probe_interval), UCS_CONFIG_TYPE_TIME},
 
   {"MULTIRAIL_PROBE_TIMEOUT", "300ms",
    "A lane whose outstanding work or probes stay unanswered for longer than this\n"
-   "is declared failed. Must be larger than MULTIRAIL_PROBE_INTERVAL.",
+   "is declared failed. Must be larger than MULTIRAIL_PROBE_INTERVAL. Over TCP it\n"
+   "is also the connections' TCP_USER_TIMEOUT, unless UCX_TCP_USER_TIMEOUT is set.",
    ucs_offsetof(ucp_multirail_config_t, probe_timeout), UCS_CONFIG_TYPE_TIME},
 
   {"MULTIRAIL_REPROBE_INTERVAL", "200ms",

@@ -1,0 +1,359 @@
+/**
+ * Copyright (C) Multi-rail failover for UCX authors. 2026. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ *
+ * The worker's rail monitor: maps the devices behind the worker's interfaces
+ * to lanes. A device event (link watcher, IB port event, a test) is recorded
+ * from whatever context it arrives in, and handled on the progress thread:
+ * every lane of every endpoint of the worker on that device fails over at
+ * once. Lane liveness probes (ucp_failover_probe.c) hang off it as well.
+ */
+
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "ucp_failover.h"
+#include "ucp_failover_int.h"
+
+#include <ucp/core/ucp_context.h>
+#include <ucp/core/ucp_ep.h>
+#include <ucp/core/ucp_ep.inl>
+#include <ucp/core/ucp_worker.h>
+#include <ucp/wireup/wireup_ep.h>
+#include <uct/base/uct_worker.h>
+#include <ucs/async/async.h>
+#include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/string.h>
+
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+/* Where RoCE ports name the network device they run on */
+#define UCP_FAILOVER_IB_NETDEV_FMT \
+    "/sys/class/infiniband/%s/ports/%u/gid_attrs/ndevs/0"
+
+
+static int ucp_failover_link_event_is_down(ucp_failover_link_event_t event)
+{
+    return (event == UCP_FAILOVER_LINK_ADMIN_DOWN) ||
+           (event == UCP_FAILOVER_LINK_NO_CARRIER) ||
+           (event == UCP_FAILOVER_LINK_REMOVED) ||
+           (event == UCP_FAILOVER_LINK_PORT_ERR);
+}
+
+/*
+ * The network device a resource runs on: the device itself for a network
+ * interface (TCP), the port's netdev for a RoCE port ("mlx5_0:1"), none for
+ * anything else (an InfiniBand port is watched through its port events).
+ */
+static void ucp_failover_rsc_netdev(const uct_tl_resource_desc_t *tl_rsc,
+                                    char *netdev, size_t max)
+{
+    char ib_dev[UCT_DEVICE_NAME_MAX];
+    char path[PATH_MAX];
+    unsigned port;
+    char *p;
+
+    netdev[0] = '\0';
+    if (tl_rsc->dev_type != UCT_DEVICE_TYPE_NET) {
+        return;
+    }
+
+    if (if_nametoindex(tl_rsc->dev_name) != 0) {
+        ucs_strncpy_zero(netdev, tl_rsc->dev_name, max);
+        return;
+    }
+
+    ucs_strncpy_zero(ib_dev, tl_rsc->dev_name, sizeof(ib_dev));
+    p = strchr(ib_dev, ':');
+    if ((p == NULL) || (sscanf(p + 1, "%u", &port) != 1)) {
+        return;
+    }
+
+    *p = '\0';
+    ucs_snprintf_zero(path, sizeof(path), UCP_FAILOVER_IB_NETDEV_FMT, ib_dev,
+                      port);
+    if (ucs_read_file_str(netdev, max, 1, "%s", path) <= 0) {
+        netdev[0] = '\0';
+        return;
+    }
+
+    netdev[strcspn(netdev, " \t\r\n")] = '\0';
+}
+
+static unsigned ucp_failover_worker_event_progress(void *arg);
+
+/* Record a device event of @a rsc_index; called with the async lock held */
+static void ucp_failover_worker_record(ucp_failover_worker_t *fw,
+                                       ucp_rsc_index_t rsc_index,
+                                       ucp_failover_link_event_t event)
+{
+    uct_worker_cb_id_t prog_id = UCS_CALLBACKQ_ID_NULL;
+
+    fw->rsc_event[rsc_index] = event;
+    if (fw->event_scheduled) {
+        return;
+    }
+
+    fw->event_scheduled = 1;
+    uct_worker_progress_register_safe(fw->worker->uct,
+                                      ucp_failover_worker_event_progress, fw,
+                                      UCS_CALLBACKQ_FLAG_ONESHOT, &prog_id);
+    /* A user waiting on the worker's event fd should progress now */
+    ucp_worker_signal_internal(fw->worker);
+}
+
+void ucp_failover_worker_device_event(ucp_worker_h worker,
+                                      const char *dev_name,
+                                      ucp_failover_link_event_t event)
+{
+    ucp_failover_worker_t *fw = worker->failover;
+    ucp_context_h context     = worker->context;
+    const uct_tl_resource_desc_t *tl_rsc;
+    ucp_failover_link_event_t state;
+    ucp_rsc_index_t rsc_index;
+
+    if (fw == NULL) {
+        return;
+    }
+
+    UCS_ASYNC_BLOCK(&worker->async);
+
+    for (rsc_index = 0; rsc_index < context->num_tls; ++rsc_index) {
+        tl_rsc = &context->tl_rscs[rsc_index].tl_rsc;
+        if (event == UCP_FAILOVER_LINK_RESYNC) {
+            /* Events were lost: look at every watched device */
+            if (fw->netdev[rsc_index][0] == '\0') {
+                continue;
+            }
+
+            state = ucp_failover_link_query(fw->netdev[rsc_index]);
+            if (ucp_failover_link_event_is_down(state)) {
+                ucp_failover_worker_record(fw, rsc_index, state);
+            }
+        } else if ((dev_name != NULL) &&
+                   (!strcmp(fw->netdev[rsc_index], dev_name) ||
+                    !strcmp(tl_rsc->dev_name, dev_name))) {
+            ucs_debug("worker %p: %s on %s (%s/%s)", worker,
+                      ucp_failover_link_event_str(event), dev_name,
+                      tl_rsc->tl_name, tl_rsc->dev_name);
+            if (ucp_failover_link_event_is_down(event)) {
+                ucp_failover_worker_record(fw, rsc_index, event);
+            }
+        }
+    }
+
+    UCS_ASYNC_UNBLOCK(&worker->async);
+}
+
+static void ucp_failover_worker_link_cb(void *arg, const char *ifname,
+                                        ucp_failover_link_event_t event)
+{
+    ucp_failover_worker_t *fw = arg;
+
+    ucp_failover_worker_device_event(fw->worker, ifname, event);
+}
+
+void ucp_failover_ep_lane_fault(ucp_ep_h ep, ucp_lane_index_t lane,
+                                const char *reason, ucs_status_t status)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+
+    if ((ep->flags & UCP_EP_FLAG_FAILED) ||
+        (ep->cfg_index == UCP_WORKER_CFG_INDEX_NULL) ||
+        (lane >= ucp_ep_num_lanes(ep)) || (fo->failed_lanes & UCS_BIT(lane)) ||
+        ucp_wireup_ep_test(ep->uct_eps[lane])) {
+        /* gone already, or still being connected: wireup sees to it */
+        return;
+    }
+
+    if (ucp_failover_lane_can_fail(ep, lane)) {
+        ucp_failover_lane_down(ep, lane, reason, UCS_OK, 1);
+        return;
+    }
+
+    /* The endpoint cannot live without this lane: fail it now rather than
+     * when the transport gives up */
+    ucs_diag("ep %p: lane[%d] lost (%s), the endpoint cannot continue without"
+             " it", ep, lane, reason);
+    ucp_ep_set_failed(ep, lane, status);
+}
+
+static void ucp_failover_ep_devices_down(ucp_failover_worker_t *fw,
+                                         ucp_ep_h ep, const uint8_t *events)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_lane_index_t fatal_lane = UCP_NULL_LANE;
+    char reason[64];
+    ucp_rsc_index_t rsc_index;
+    ucp_lane_index_t lane;
+
+    if (!(fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) ||
+        (ep->flags & UCP_EP_FLAG_FAILED) ||
+        (ep->cfg_index == UCP_WORKER_CFG_INDEX_NULL)) {
+        /* an endpoint without failover keeps stock behaviour */
+        return;
+    }
+
+    /* Lanes that may fail over alone first, then a lane the endpoint cannot
+     * live without */
+    for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+        rsc_index = ucp_ep_get_rsc_index(ep, lane);
+        if ((rsc_index == UCP_NULL_RESOURCE) || (events[rsc_index] == 0)) {
+            continue;
+        }
+
+        if (!ucp_failover_lane_can_fail(ep, lane)) {
+            if (!(fo->failed_lanes & UCS_BIT(lane))) {
+                fatal_lane = lane;
+            }
+            continue;
+        }
+
+        ucs_snprintf_zero(reason, sizeof(reason), "%s on %s",
+                          ucp_failover_link_event_str(events[rsc_index]),
+                          fw->netdev[rsc_index]);
+        ucp_failover_ep_lane_fault(ep, lane, reason, UCS_ERR_ENDPOINT_TIMEOUT);
+    }
+
+    if (fatal_lane != UCP_NULL_LANE) {
+        rsc_index = ucp_ep_get_rsc_index(ep, fatal_lane);
+        ucs_snprintf_zero(reason, sizeof(reason), "%s on %s",
+                          ucp_failover_link_event_str(events[rsc_index]),
+                          fw->netdev[rsc_index]);
+        ucp_failover_ep_lane_fault(ep, fatal_lane, reason,
+                                   UCS_ERR_ENDPOINT_TIMEOUT);
+    }
+}
+
+static unsigned ucp_failover_worker_event_progress(void *arg)
+{
+    ucp_failover_worker_t *fw = arg;
+    ucp_worker_h worker       = fw->worker;
+    uint8_t events[UCP_MAX_RESOURCES];
+    ucp_ep_ext_gen_t *ep_ext, *tmp;
+
+    UCS_ASYNC_BLOCK(&worker->async);
+
+    memcpy(events, fw->rsc_event, sizeof(events));
+    memset(fw->rsc_event, 0, sizeof(fw->rsc_event));
+    fw->event_scheduled = 0;
+
+    ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
+        ucp_failover_ep_devices_down(fw, ucp_ep_from_ext_gen(ep_ext), events);
+    }
+
+    UCS_ASYNC_UNBLOCK(&worker->async);
+    return 1;
+}
+
+void ucp_failover_worker_init(ucp_worker_h worker)
+{
+    ucp_context_h context = worker->context;
+    ucp_failover_worker_t *fw;
+    ucp_rsc_index_t rsc_index;
+    ucs_status_t status;
+
+    if (!ucp_failover_is_enabled(context)) {
+        return;
+    }
+
+    fw = ucs_calloc(1, sizeof(*fw), "failover worker");
+    if (fw == NULL) {
+        ucs_warn("worker %p: no memory for the failover rail monitor, lanes "
+                 "fail over on transport errors only", worker);
+        return;
+    }
+
+    fw->worker         = worker;
+    fw->probe_timer_id = -1;
+    for (rsc_index = 0; rsc_index < context->num_tls; ++rsc_index) {
+        ucp_failover_rsc_netdev(&context->tl_rscs[rsc_index].tl_rsc,
+                                fw->netdev[rsc_index], IFNAMSIZ);
+    }
+
+    worker->failover = fw;
+
+    if (context->config.ext.multirail.link_events) {
+        status = ucp_failover_link_watch_start(&worker->async,
+                                               ucp_failover_worker_link_cb,
+                                               fw, &fw->link);
+        if (status != UCS_OK) {
+            ucs_warn("worker %p: cannot watch link events (%s), lanes fail "
+                     "over on transport errors and probes only", worker,
+                     ucs_status_string(status));
+            fw->link = NULL;
+        }
+    }
+
+    status = ucp_failover_probe_start(fw);
+    if (status != UCS_OK) {
+        ucs_warn("worker %p: cannot start lane probes (%s), silent faults of "
+                 "idle lanes are not detected", worker,
+                 ucs_status_string(status));
+    }
+
+    ucs_debug("worker %p: failover rail monitor %p started%s%s", worker, fw,
+              (fw->link != NULL) ? ", watching link events" : "",
+              (fw->probe_timer_id >= 0) ? ", probing lanes" : "");
+}
+
+static int ucp_failover_worker_cb_filter(const ucs_callbackq_elem_t *elem,
+                                         void *arg)
+{
+    return (elem->cb == ucp_failover_worker_event_progress) &&
+           (elem->arg == arg);
+}
+
+void ucp_failover_worker_cleanup(ucp_worker_h worker)
+{
+    ucp_failover_worker_t *fw = worker->failover;
+
+    if (fw == NULL) {
+        return;
+    }
+
+    if (fw->link != NULL) {
+        ucp_failover_link_watch_stop(fw->link);
+    }
+
+    ucp_failover_probe_stop(fw);
+
+    /* A handler scheduled but not run yet must not see freed memory */
+    ucs_callbackq_remove_if(&worker->uct->progress_q,
+                            ucp_failover_worker_cb_filter, fw);
+    worker->failover = NULL;
+    ucs_free(fw);
+}
+
+void ucp_failover_iface_config(ucp_worker_h worker,
+                               const ucp_tl_resource_desc_t *resource,
+                               uct_iface_config_t *iface_config)
+{
+    ucp_context_h context = worker->context;
+    char value[32];
+    ucs_status_t status;
+
+    if (!ucp_failover_is_enabled(context) ||
+        strcmp(resource->tl_rsc.tl_name, "tcp") ||
+        (getenv(UCS_DEFAULT_ENV_PREFIX "TCP_USER_TIMEOUT") != NULL)) {
+        return;
+    }
+
+    /* Data unacknowledged for longer than the probe timeout fails the
+     * connection, and so the lane */
+    ucs_snprintf_zero(value, sizeof(value), "%.0fus",
+                      context->config.ext.multirail.probe_timeout * 1e6);
+    status = uct_config_modify(iface_config, "USER_TIMEOUT", value);
+    if (status != UCS_OK) {
+        ucs_diag("cannot set TCP_USER_TIMEOUT=%s on %s/%s: %s", value,
+                 resource->tl_rsc.tl_name, resource->tl_rsc.dev_name,
+                 ucs_status_string(status));
+    }
+}
