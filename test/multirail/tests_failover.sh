@@ -4,6 +4,7 @@
 
 # failover on, and the info lines that name each failed lane
 MR_FO_ENV="UCX_MULTIRAIL_FAILOVER=y UCX_LOG_LEVEL=info"
+MR_FAULT_ARGS=()
 
 # mr_pair_start RAILS DURATION "SERVER_ENV" "CLIENT_ENV" [mr_check args]:
 # start the checker pair in MR_DIR (the env strings are split on spaces)
@@ -24,6 +25,9 @@ mr_failover_wall() {
 }
 
 # t_failover_fault RAILS KIND RAIL SIDE CONN ERRMODE [SYSCTL...]
+# Extra checker arguments in the array MR_FAULT_ARGS; with MR_FAULT_BOUND
+# set, each side must fail over within that many seconds; with
+# MR_FAULT_IDLE=1 the rails' traffic after the fault is not checked.
 t_failover_fault() {
     local rails=$1 kind=$2 rail=$3 side=$4 conn=$5 errmode=$6 MR_NET_MGMT=1
     local t_fault role w dt i tx
@@ -32,7 +36,7 @@ t_failover_fault() {
     "$MR_BED" up --rails "$rails" --rate 500mbit
     for sc in "$@"; do "$MR_BED" sysctl "$sc"; done
     mr_pair_start "$rails" 9 "$MR_FO_ENV" "$MR_FO_ENV" --conn "$conn" \
-        --err-mode "$errmode" || return 0
+        --err-mode "$errmode" "${MR_FAULT_ARGS[@]}" || return 0
     sleep 2.5
     t_fault=$(mr_now)
     "$MR_BED" fault "$kind" "$rail" "$side"
@@ -45,8 +49,14 @@ t_failover_fault() {
             continue
         fi
         dt=$(mr_elapsed "$t_fault" "$w")
-        mr_note+=" ${role}_failover_after=${dt}s"
+        mr_note+=" ${role}_failover_after=${dt}s($(grep -m1 -o \
+            "tcp/r$rail failed ([^)]*)" "$MR_DIR/$role.out" |
+            sed 's/.*failed (//; s/)$//; s/ /_/g'))"
+        [ -z "${MR_FAULT_BOUND:-}" ] ||
+            awk -v d="$dt" -v b="$MR_FAULT_BOUND" 'BEGIN { exit !(d < b) }' ||
+            mr_fail "$role took ${dt}s to fail over r$rail (bound ${MR_FAULT_BOUND}s)"
     done
+    [ "${MR_FAULT_IDLE:-0}" = 1 ] && return 0
     # the surviving rails carry the traffic after the fault
     w=$(mr_failover_wall "$MR_DIR/client.out" "r$rail")
     for ((i = 0; i < rails; i++)); do

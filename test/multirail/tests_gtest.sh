@@ -49,7 +49,8 @@ mr_gtest_devorder() {
     local ns=${MRBED_PREFIX:-mrfo}-gt i order sorted
     if [ -n "${MR_FILTER:-}" ] &&
        ! [[ gtest_tcp_device_order == $MR_FILTER ]] &&
-       ! [[ gtest_lane_failover == $MR_FILTER ]]; then
+       ! [[ gtest_lane_failover == $MR_FILTER ]] &&
+       ! [[ gtest_lane_detect == $MR_FILTER ]]; then
         return 0
     fi
     ip netns del "$ns" 2>/dev/null || true
@@ -71,6 +72,8 @@ mr_gtest_devorder() {
     # lane failover between two workers needs two devices for two lanes
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
+    UCX_NET_DEVICES=d0x,d1x \
+        mr_gtest lane_detect 'tcp/test_ucp_multirail_detect.*' "$ns"
     ip netns del "$ns"
 }
 

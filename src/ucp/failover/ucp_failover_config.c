@@ -37,7 +37,9 @@ ucs_config_field_t ucp_multirail_config_table[] = {
   {"MULTIRAIL_PROBE_TIMEOUT", "300ms",
    "A lane whose outstanding work or probes stay unanswered for longer than this\n"
    "is declared failed. Must be larger than MULTIRAIL_PROBE_INTERVAL. Over TCP it\n"
-   "is also the connections' TCP_USER_TIMEOUT, unless UCX_TCP_USER_TIMEOUT is set.",
+   "sets the connections' TCP_USER_TIMEOUT (unless UCX_TCP_USER_TIMEOUT is set)\n"
+   "to this less 200 ms, Linux's least retransmission timeout, and at least\n"
+   "100 ms: Linux counts it from the first retransmission.",
    ucs_offsetof(ucp_multirail_config_t, probe_timeout), UCS_CONFIG_TYPE_TIME},
 
   {"MULTIRAIL_REPROBE_INTERVAL", "200ms",

@@ -34,6 +34,13 @@
 #include <string.h>
 
 
+/* Linux's TCP_RTO_MIN: the earliest first retransmission, in seconds */
+#define UCP_FAILOVER_TCP_RTO_MIN          0.2
+
+/* The least TCP_USER_TIMEOUT failover sets, in seconds: twice the queueing
+ * delay bound of the test bed's rails (tbf latency 50 ms) */
+#define UCP_FAILOVER_TCP_USER_TIMEOUT_MIN 0.1
+
 /* Where RoCE ports name the network device they run on */
 #define UCP_FAILOVER_IB_NETDEV_FMT \
     "/sys/class/infiniband/%s/ports/%u/gid_attrs/ndevs/0"
@@ -337,6 +344,7 @@ void ucp_failover_iface_config(ucp_worker_h worker,
                                uct_iface_config_t *iface_config)
 {
     ucp_context_h context = worker->context;
+    double user_timeout;
     char value[32];
     ucs_status_t status;
 
@@ -347,9 +355,14 @@ void ucp_failover_iface_config(ucp_worker_h worker,
     }
 
     /* Data unacknowledged for longer than the probe timeout fails the
-     * connection, and so the lane */
-    ucs_snprintf_zero(value, sizeof(value), "%.0fus",
-                      context->config.ext.multirail.probe_timeout * 1e6);
+     * connection, and so the lane. Linux counts TCP_USER_TIMEOUT from the
+     * first retransmission, which comes no earlier than TCP_RTO_MIN after
+     * the segment that was lost: take that off, keeping a floor that a
+     * retransmission on a loaded but healthy path stays well within. */
+    user_timeout = ucs_max(context->config.ext.multirail.probe_timeout -
+                                   UCP_FAILOVER_TCP_RTO_MIN,
+                           UCP_FAILOVER_TCP_USER_TIMEOUT_MIN);
+    ucs_snprintf_zero(value, sizeof(value), "%.0fus", user_timeout * 1e6);
     status = uct_config_modify(iface_config, "USER_TIMEOUT", value);
     if (status != UCS_OK) {
         ucs_diag("cannot set TCP_USER_TIMEOUT=%s on %s/%s: %s", value,

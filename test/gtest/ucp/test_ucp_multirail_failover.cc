@@ -63,7 +63,8 @@ protected:
     static const std::vector<std::string> &knobs()
     {
         static const std::vector<std::string> names = {
-            "FAILOVER", "PROBE_INTERVAL", "PROBE_TIMEOUT", "REPROBE_INTERVAL",
+            "FAILOVER", "LINK_EVENTS", "PROBE_INTERVAL", "PROBE_TIMEOUT",
+            "REPROBE_INTERVAL",
             "REPROBE_MAX_INTERVAL", "REPROBE_MAX_ATTEMPTS"
         };
         return names;
@@ -84,6 +85,7 @@ UCS_TEST_F(test_ucp_multirail_config, defaults) {
     const ucp_multirail_config_t &mr = config->ctx.multirail;
 
     EXPECT_FALSE(mr.enable);
+    EXPECT_TRUE(mr.link_events);
     EXPECT_NEAR(0.100, mr.probe_interval, 1e-9);
     EXPECT_NEAR(0.300, mr.probe_timeout, 1e-9);
     EXPECT_NEAR(0.200, mr.reprobe_interval, 1e-9);
@@ -263,7 +265,10 @@ UCS_TEST_F(test_uct_tcp_device_order, sorted_by_name) {
 
 extern "C" {
 #include <ucp/core/ucp_ep.inl>
+#include <ucp/failover/ucp_failover_int.h>
 #include <uct/base/uct_iface.h>
+#include <uct/tcp/tcp.h>
+#include <netinet/tcp.h>
 }
 
 /*
@@ -500,3 +505,243 @@ UCS_TEST_P(test_ucp_multirail_failover, off_is_stock, "MULTIRAIL_FAILOVER=n")
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_failover, tcp, "tcp")
+
+
+/*
+ * Detection: the worker's rail monitor. Device events enter through the
+ * entry point the link watcher and IB port events use; probes run on a
+ * short interval.
+ */
+class test_ucp_multirail_detect : public test_ucp_multirail_failover {
+public:
+    test_ucp_multirail_detect()
+    {
+        modify_config("MULTIRAIL_PROBE_INTERVAL", "10ms", SETENV_IF_NOT_EXIST);
+        modify_config("MULTIRAIL_PROBE_TIMEOUT", "300ms", SETENV_IF_NOT_EXIST);
+    }
+
+    void init()
+    {
+        test_ucp_multirail_failover::init();
+        /* a second endpoint pair between the same workers */
+        sender().connect(&receiver(), get_ep_params(), 1);
+        receiver().connect(&sender(), get_ep_params(), 1);
+        for (int i = 0; i < 4; ++i) {
+            send_recv_ep(1, 8, i);
+        }
+    }
+
+protected:
+    void send_recv_ep(int ep_index, size_t size, int seed)
+    {
+        std::vector<char> sbuf(size), rbuf(size, 0);
+        ucp_request_param_t param = {};
+
+        for (size_t i = 0; i < size; ++i) {
+            sbuf[i] = (char)(i * 3 + seed);
+        }
+
+        void *rreq = ucp_tag_recv_nbx(receiver().worker(), rbuf.data(), size,
+                                      seed, (ucp_tag_t)-1, &param);
+        void *sreq = ucp_tag_send_nbx(sender().ep(0, ep_index), sbuf.data(),
+                                      size, seed, &param);
+        ASSERT_UCS_OK(requests_wait({sreq, rreq}));
+        ASSERT_TRUE(sbuf == rbuf) << "size " << size;
+    }
+
+    static const uct_tl_resource_desc_t &lane_rsc(ucp_ep_h ep,
+                                                  ucp_lane_index_t lane)
+    {
+        return ep->worker->context->tl_rscs[ucp_ep_get_rsc_index(ep, lane)]
+                .tl_rsc;
+    }
+
+    /* lanes of the endpoint on network device @a dev */
+    static ucp_lane_map_t lanes_on(ucp_ep_h ep, const std::string &dev)
+    {
+        ucp_lane_map_t map = 0;
+
+        for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+            if ((lane != ucp_ep_get_cm_lane(ep)) &&
+                (dev == lane_rsc(ep, lane).dev_name)) {
+                map |= UCS_BIT(lane);
+            }
+        }
+        return map;
+    }
+
+    void progress_until_failed(ucp_ep_h ep, ucp_lane_map_t lanes)
+    {
+        ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+
+        while (((ucp_ep_ext_control(ep)->failover.failed_lanes & lanes) !=
+                lanes) &&
+               (ucs_get_time() < deadline)) {
+            progress();
+        }
+        EXPECT_EQ(lanes, ucp_ep_ext_control(ep)->failover.failed_lanes & lanes);
+    }
+
+    /* A device event on the device of the sender's data lane fails that
+     * lane on both endpoints of the worker, and the peer follows */
+    void device_down(ucp_failover_link_event_t event, bool by_netdev)
+    {
+        skip_unless_two_lanes();
+        ucp_lane_index_t lane = data_lane(sender().ep());
+        std::string dev       = lane_rsc(sender().ep(), lane).dev_name;
+        ucp_failover_worker_t *fw = sender().worker()->failover;
+
+        ASSERT_TRUE(fw != NULL);
+        ucp_rsc_index_t rsc = ucp_ep_get_rsc_index(sender().ep(), lane);
+        if (by_netdev) {
+            /* a TCP device is its own netdev */
+            EXPECT_EQ(dev, std::string(fw->netdev[rsc]));
+        }
+
+        for (int ep_index = 0; ep_index < 2; ++ep_index) {
+            EXPECT_NE(0, lanes_on(sender().ep(0, ep_index), dev));
+        }
+
+        ucp_failover_worker_device_event(sender().worker(), dev.c_str(),
+                                         event);
+        for (int ep_index = 0; ep_index < 2; ++ep_index) {
+            ucp_ep_h ep = sender().ep(0, ep_index);
+            progress_until_failed(ep, lanes_on(ep, dev));
+        }
+        wait_peer_failed(receiver(), 1);
+
+        exchange(1 << 20, 2);
+        exchange(100, 4);
+        send_recv_ep(1, 1 << 20, 7);
+        send_recv_ep(1, 16, 8);
+        EXPECT_EQ(0u, m_err_count);
+        EXPECT_FALSE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
+        EXPECT_FALSE(sender().ep(0, 1)->flags & UCP_EP_FLAG_FAILED);
+    }
+
+    static ucs_status_t ep_check_fails(uct_ep_h ep, unsigned flags,
+                                       uct_completion_t *comp)
+    {
+        return UCS_ERR_ENDPOINT_TIMEOUT;
+    }
+};
+
+UCS_TEST_P(test_ucp_multirail_detect, carrier_lost_every_ep)
+{
+    device_down(UCP_FAILOVER_LINK_NO_CARRIER, true);
+}
+
+UCS_TEST_P(test_ucp_multirail_detect, device_removed_every_ep)
+{
+    device_down(UCP_FAILOVER_LINK_REMOVED, true);
+}
+
+/* An IB port error names the UCT device ("mlx5_0:1"); the same entry point */
+UCS_TEST_P(test_ucp_multirail_detect, port_error_by_uct_device)
+{
+    device_down(UCP_FAILOVER_LINK_PORT_ERR, false);
+}
+
+/* Events of other devices, and "up" events, fail nothing */
+UCS_TEST_P(test_ucp_multirail_detect, other_events_fail_nothing)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    std::string dev       = lane_rsc(sender().ep(), lane).dev_name;
+
+    ucp_failover_worker_device_event(sender().worker(), "mrfo-nonexistent0",
+                                     UCP_FAILOVER_LINK_NO_CARRIER);
+    ucp_failover_worker_device_event(sender().worker(), dev.c_str(),
+                                     UCP_FAILOVER_LINK_UP);
+    ucp_failover_worker_device_event(sender().worker(), dev.c_str(),
+                                     UCP_FAILOVER_LINK_PORT_ACTIVE);
+    /* lost events: every device is looked at again, and is up */
+    ucp_failover_worker_device_event(sender().worker(), NULL,
+                                     UCP_FAILOVER_LINK_RESYNC);
+    short_progress_loop(100);
+    exchange(1 << 20, 2);
+    EXPECT_EQ(0u, num_failed(sender().ep()));
+    EXPECT_EQ(0u, num_failed(sender().ep(0, 1)));
+    EXPECT_EQ(0u, num_failed(receiver().ep()));
+}
+
+/* A probe the transport reports failed fails the lane over */
+UCS_TEST_P(test_ucp_multirail_detect, probe_failure_fails_lane)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    uct_ep_h uct_ep       = sender().ep()->uct_eps[lane];
+    uct_iface_h iface     = uct_ep->iface;
+    ucp_lane_map_t lanes  = lanes_on(sender().ep(), lane_rsc(sender().ep(),
+                                                             lane).dev_name);
+    uct_ep_check_func_t orig_check = iface->ops.ep_check;
+
+    iface->ops.ep_check = ep_check_fails;
+    progress_until_failed(sender().ep(), UCS_BIT(lane));
+    iface->ops.ep_check = orig_check;
+    /* the other endpoint's lane on that interface was probed too */
+    progress_until_failed(sender().ep(0, 1),
+                          lanes_on(sender().ep(0, 1),
+                                   lane_rsc(sender().ep(), lane).dev_name));
+    EXPECT_EQ(lanes, ucp_ep_ext_control(sender().ep())->failover.failed_lanes);
+    wait_peer_failed(receiver(), 1);
+    exchange(1 << 20, 2);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/* Probes run on healthy lanes under load and fail nothing */
+UCS_TEST_P(test_ucp_multirail_detect, healthy_lanes_stay_up)
+{
+    skip_unless_two_lanes();
+    ucp_failover_worker_t *fw = sender().worker()->failover;
+    ucs_time_t end            = ucs_get_time() + ucs_time_from_sec(1.0);
+    uint64_t rounds;
+
+    ASSERT_TRUE(fw != NULL);
+    rounds = fw->probe_rounds;
+    while (ucs_get_time() < end) {
+        exchange(1 << 20, 1);
+        exchange(8, 4);
+        send_recv_ep(1, 64, 3);
+    }
+    /* ~100 rounds at 10 ms; progress is not continuous, so ask for a few */
+    EXPECT_GE(fw->probe_rounds - rounds, 10u);
+    EXPECT_EQ(0u, num_failed(sender().ep()));
+    EXPECT_EQ(0u, num_failed(sender().ep(0, 1)));
+    EXPECT_EQ(0u, num_failed(receiver().ep()));
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/* TCP connections of a failover endpoint carry TCP_USER_TIMEOUT:
+ * UCX_MULTIRAIL_PROBE_TIMEOUT less Linux's minimum RTO (200 ms), >= 100 ms */
+UCS_TEST_P(test_ucp_multirail_detect, tcp_user_timeout)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    uct_tcp_ep_t *tcp_ep  = ucs_derived_of(sender().ep()->uct_eps[lane],
+                                           uct_tcp_ep_t);
+    unsigned value        = 0;
+    socklen_t len         = sizeof(value);
+
+    ASSERT_EQ(std::string("tcp"), lane_rsc(sender().ep(), lane).tl_name);
+    ASSERT_EQ(0, getsockopt(tcp_ep->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &value,
+                            &len));
+    EXPECT_EQ(100u, value);
+}
+
+UCS_TEST_P(test_ucp_multirail_detect, tcp_user_timeout_from_probe_timeout,
+           "MULTIRAIL_PROBE_TIMEOUT=450ms")
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    uct_tcp_ep_t *tcp_ep  = ucs_derived_of(sender().ep()->uct_eps[lane],
+                                           uct_tcp_ep_t);
+    unsigned value        = 0;
+    socklen_t len         = sizeof(value);
+
+    ASSERT_EQ(0, getsockopt(tcp_ep->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &value,
+                            &len));
+    EXPECT_EQ(250u, value);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect, tcp, "tcp")
