@@ -73,7 +73,7 @@ mr_gtest_devorder() {
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
     UCX_NET_DEVICES=d0x,d1x \
-        mr_gtest lane_detect 'tcp/test_ucp_multirail_detect.*' "$ns"
+        mr_gtest lane_detect 'tcp/test_ucp_multirail_detect*' "$ns"
     ip netns del "$ns"
 }
 

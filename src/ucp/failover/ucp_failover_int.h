@@ -107,9 +107,10 @@ void ucp_failover_link_watch_stop(ucp_failover_link_watch_t *watch);
 typedef struct ucp_failover_worker {
     ucp_worker_h              worker;
     ucp_failover_link_watch_t *link;           /* NULL: not watching */
-    int                       event_scheduled; /* progress handler queued */
-    /* Device event of each resource not handled yet, or LINK_NONE */
-    uint8_t                   rsc_event[UCP_MAX_RESOURCES];
+    /* A progress handler is queued (atomic) */
+    volatile uint32_t         event_scheduled;
+    /* Device event of each resource not handled yet, or LINK_NONE (atomic) */
+    volatile uint8_t          rsc_event[UCP_MAX_RESOURCES];
     /* Network device of each resource, or "" */
     char                      netdev[UCP_MAX_RESOURCES][IFNAMSIZ];
     int                       probe_timer_id;  /* async timer, or -1 */

@@ -23,9 +23,11 @@
 #include <ucp/core/ucp_worker.h>
 #include <ucp/wireup/wireup_ep.h>
 #include <uct/base/uct_worker.h>
+#include <ucs/arch/atomic.h>
 #include <ucs/async/async.h>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/dev_event.h>
 #include <ucs/sys/string.h>
 
 #include <net/if.h>
@@ -96,19 +98,22 @@ static void ucp_failover_rsc_netdev(const uct_tl_resource_desc_t *tl_rsc,
 
 static unsigned ucp_failover_worker_event_progress(void *arg);
 
-/* Record a device event of @a rsc_index; called with the async lock held */
+/*
+ * Record a device event of @a rsc_index and have the progress thread handle
+ * it. Lock-free: events come from async threads (link watcher, IB async
+ * events) that must not wait for the worker.
+ */
 static void ucp_failover_worker_record(ucp_failover_worker_t *fw,
                                        ucp_rsc_index_t rsc_index,
                                        ucp_failover_link_event_t event)
 {
     uct_worker_cb_id_t prog_id = UCS_CALLBACKQ_ID_NULL;
 
-    fw->rsc_event[rsc_index] = event;
-    if (fw->event_scheduled) {
-        return;
+    ucs_atomic_swap8(&fw->rsc_event[rsc_index], event);
+    if (ucs_atomic_cswap32(&fw->event_scheduled, 0, 1) != 0) {
+        return; /* a handler is queued and has not read the events yet */
     }
 
-    fw->event_scheduled = 1;
     uct_worker_progress_register_safe(fw->worker->uct,
                                       ucp_failover_worker_event_progress, fw,
                                       UCS_CALLBACKQ_FLAG_ONESHOT, &prog_id);
@@ -129,8 +134,6 @@ void ucp_failover_worker_device_event(ucp_worker_h worker,
     if (fw == NULL) {
         return;
     }
-
-    UCS_ASYNC_BLOCK(&worker->async);
 
     for (rsc_index = 0; rsc_index < context->num_tls; ++rsc_index) {
         tl_rsc = &context->tl_rscs[rsc_index].tl_rsc;
@@ -155,8 +158,6 @@ void ucp_failover_worker_device_event(ucp_worker_h worker,
             }
         }
     }
-
-    UCS_ASYNC_UNBLOCK(&worker->async);
 }
 
 static void ucp_failover_worker_link_cb(void *arg, const char *ifname,
@@ -165,6 +166,18 @@ static void ucp_failover_worker_link_cb(void *arg, const char *ifname,
     ucp_failover_worker_t *fw = arg;
 
     ucp_failover_worker_device_event(fw->worker, ifname, event);
+}
+
+/* Device events posted by transports (an IB port error) */
+static void ucp_failover_worker_dev_event_cb(void *arg, const char *dev_name,
+                                             ucs_dev_event_t event)
+{
+    ucp_failover_worker_t *fw = arg;
+
+    ucp_failover_worker_device_event(fw->worker, dev_name,
+                                     (event == UCS_DEV_EVENT_PORT_ERR) ?
+                                             UCP_FAILOVER_LINK_PORT_ERR :
+                                             UCP_FAILOVER_LINK_PORT_ACTIVE);
 }
 
 void ucp_failover_ep_lane_fault(ucp_ep_h ep, ucp_lane_index_t lane,
@@ -245,12 +258,17 @@ static unsigned ucp_failover_worker_event_progress(void *arg)
     ucp_worker_h worker       = fw->worker;
     uint8_t events[UCP_MAX_RESOURCES];
     ucp_ep_ext_gen_t *ep_ext, *tmp;
+    ucp_rsc_index_t rsc_index;
+
+    /* Allow the next event to queue a handler before reading this one's:
+     * an event recorded from now on is handled, here or next time */
+    ucs_atomic_swap32(&fw->event_scheduled, 0);
+    for (rsc_index = 0; rsc_index < UCP_MAX_RESOURCES; ++rsc_index) {
+        events[rsc_index] = ucs_atomic_swap8(&fw->rsc_event[rsc_index],
+                                             UCP_FAILOVER_LINK_NONE);
+    }
 
     UCS_ASYNC_BLOCK(&worker->async);
-
-    memcpy(events, fw->rsc_event, sizeof(events));
-    memset(fw->rsc_event, 0, sizeof(fw->rsc_event));
-    fw->event_scheduled = 0;
 
     ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
         ucp_failover_ep_devices_down(fw, ucp_ep_from_ext_gen(ep_ext), events);
@@ -299,6 +317,12 @@ void ucp_failover_worker_init(ucp_worker_h worker)
         }
     }
 
+    status = ucs_dev_event_subscribe(ucp_failover_worker_dev_event_cb, fw);
+    if (status != UCS_OK) {
+        ucs_warn("worker %p: cannot listen to device events (%s)", worker,
+                 ucs_status_string(status));
+    }
+
     status = ucp_failover_probe_start(fw);
     if (status != UCS_OK) {
         ucs_warn("worker %p: cannot start lane probes (%s), silent faults of "
@@ -330,6 +354,7 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker)
         ucp_failover_link_watch_stop(fw->link);
     }
 
+    ucs_dev_event_unsubscribe(ucp_failover_worker_dev_event_cb, fw);
     ucp_failover_probe_stop(fw);
 
     /* A handler scheduled but not run yet must not see freed memory */

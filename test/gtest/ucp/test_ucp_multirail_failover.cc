@@ -266,6 +266,7 @@ UCS_TEST_F(test_uct_tcp_device_order, sorted_by_name) {
 extern "C" {
 #include <ucp/core/ucp_ep.inl>
 #include <ucp/failover/ucp_failover_int.h>
+#include <ucs/sys/dev_event.h>
 #include <uct/base/uct_iface.h>
 #include <uct/tcp/tcp.h>
 #include <netinet/tcp.h>
@@ -584,7 +585,8 @@ protected:
 
     /* A device event on the device of the sender's data lane fails that
      * lane on both endpoints of the worker, and the peer follows */
-    void device_down(ucp_failover_link_event_t event, bool by_netdev)
+    void device_down(ucp_failover_link_event_t event, bool by_netdev,
+                     bool via_bus = false)
     {
         skip_unless_two_lanes();
         ucp_lane_index_t lane = data_lane(sender().ep());
@@ -602,8 +604,13 @@ protected:
             EXPECT_NE(0, lanes_on(sender().ep(0, ep_index), dev));
         }
 
-        ucp_failover_worker_device_event(sender().worker(), dev.c_str(),
-                                         event);
+        if (via_bus) {
+            /* as an IB port error arrives from UCT */
+            ucs_dev_event_notify(dev.c_str(), UCS_DEV_EVENT_PORT_ERR);
+        } else {
+            ucp_failover_worker_device_event(sender().worker(), dev.c_str(),
+                                             event);
+        }
         for (int ep_index = 0; ep_index < 2; ++ep_index) {
             ucp_ep_h ep = sender().ep(0, ep_index);
             progress_until_failed(ep, lanes_on(ep, dev));
@@ -617,6 +624,25 @@ protected:
         EXPECT_EQ(0u, m_err_count);
         EXPECT_FALSE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
         EXPECT_FALSE(sender().ep(0, 1)->flags & UCP_EP_FLAG_FAILED);
+    }
+
+    /* TCP_USER_TIMEOUT of the sender's data lane's socket, in ms */
+    unsigned data_lane_user_timeout()
+    {
+        unsigned value = 0;
+        socklen_t len  = sizeof(value);
+
+        if (data_lane(sender().ep()) == UCP_NULL_LANE) {
+            UCS_TEST_SKIP_R("endpoint has a single data lane");
+        }
+
+        ucp_lane_index_t lane = data_lane(sender().ep());
+        EXPECT_EQ(std::string("tcp"), lane_rsc(sender().ep(), lane).tl_name);
+        uct_tcp_ep_t *tcp_ep = ucs_derived_of(sender().ep()->uct_eps[lane],
+                                              uct_tcp_ep_t);
+        EXPECT_EQ(0, getsockopt(tcp_ep->fd, IPPROTO_TCP, TCP_USER_TIMEOUT,
+                                &value, &len));
+        return value;
     }
 
     static ucs_status_t ep_check_fails(uct_ep_h ep, unsigned flags,
@@ -636,10 +662,11 @@ UCS_TEST_P(test_ucp_multirail_detect, device_removed_every_ep)
     device_down(UCP_FAILOVER_LINK_REMOVED, true);
 }
 
-/* An IB port error names the UCT device ("mlx5_0:1"); the same entry point */
+/* An IB port error names the UCT device ("mlx5_0:1"), and comes from UCT
+ * through the device event bus to the same entry point */
 UCS_TEST_P(test_ucp_multirail_detect, port_error_by_uct_device)
 {
-    device_down(UCP_FAILOVER_LINK_PORT_ERR, false);
+    device_down(UCP_FAILOVER_LINK_PORT_ERR, false, true);
 }
 
 /* Events of other devices, and "up" events, fail nothing */
@@ -716,32 +743,30 @@ UCS_TEST_P(test_ucp_multirail_detect, healthy_lanes_stay_up)
  * UCX_MULTIRAIL_PROBE_TIMEOUT less Linux's minimum RTO (200 ms), >= 100 ms */
 UCS_TEST_P(test_ucp_multirail_detect, tcp_user_timeout)
 {
-    skip_unless_two_lanes();
-    ucp_lane_index_t lane = data_lane(sender().ep());
-    uct_tcp_ep_t *tcp_ep  = ucs_derived_of(sender().ep()->uct_eps[lane],
-                                           uct_tcp_ep_t);
-    unsigned value        = 0;
-    socklen_t len         = sizeof(value);
-
-    ASSERT_EQ(std::string("tcp"), lane_rsc(sender().ep(), lane).tl_name);
-    ASSERT_EQ(0, getsockopt(tcp_ep->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &value,
-                            &len));
-    EXPECT_EQ(100u, value);
+    EXPECT_EQ(100u, data_lane_user_timeout());
 }
 
 UCS_TEST_P(test_ucp_multirail_detect, tcp_user_timeout_from_probe_timeout,
            "MULTIRAIL_PROBE_TIMEOUT=450ms")
 {
-    skip_unless_two_lanes();
-    ucp_lane_index_t lane = data_lane(sender().ep());
-    uct_tcp_ep_t *tcp_ep  = ucs_derived_of(sender().ep()->uct_eps[lane],
-                                           uct_tcp_ep_t);
-    unsigned value        = 0;
-    socklen_t len         = sizeof(value);
-
-    ASSERT_EQ(0, getsockopt(tcp_ep->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &value,
-                            &len));
-    EXPECT_EQ(250u, value);
+    EXPECT_EQ(250u, data_lane_user_timeout());
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect, tcp, "tcp")
+
+
+/* A user's UCX_TCP_USER_TIMEOUT wins over the one failover sets */
+class test_ucp_multirail_detect_user_tmo : public test_ucp_multirail_detect {
+public:
+    test_ucp_multirail_detect_user_tmo()
+    {
+        modify_config("TCP_USER_TIMEOUT", "1200ms", SETENV_IF_NOT_EXIST);
+    }
+};
+
+UCS_TEST_P(test_ucp_multirail_detect_user_tmo, user_value_kept)
+{
+    EXPECT_EQ(1200u, data_lane_user_timeout());
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect_user_tmo, tcp, "tcp")
