@@ -51,6 +51,13 @@ t_detect_no_false_positive() {
     mr_note+=" $secs s, $(nproc) CPU hog(s), r1_tx=$(mr_rail_tx "$MR_DIR/client.out" r1)"
 }
 
+# The am lane's rail dies (no failover for it until issue 4): the endpoint
+# fails on both sides, promptly, with the error callback, never a hang.
+# t_detect_amlane KIND BOUND
+t_detect_amlane() {
+    MR_STOCK_ENV=$MR_FO_ENV t_stock_fault "$1" 0 "$2"
+}
+
 mr_detect_all() {
     mr_run_test detect_linkdown_r1_busy t_detect 2 down 1 a sockaddr peer busy
     mr_run_test detect_linkdown_r1_idle_address_none t_detect 2 down 1 b \
@@ -65,5 +72,7 @@ mr_detect_all() {
     mr_run_test detect_drop_out_r1_idle_address_none t_detect 2 drop-out 1 a \
         address none idle
     mr_run_test detect_no_false_positive_loaded t_detect_no_false_positive 20
+    mr_run_test detect_amlane_linkdown_errcb t_detect_amlane down 2
+    mr_run_test detect_amlane_blackhole_errcb t_detect_amlane blackhole 2
     "$MR_BED" down
 }

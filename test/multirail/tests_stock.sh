@@ -172,14 +172,18 @@ t_device_order_bed() {
 
 # A fault on one rail kills the endpoint on both sides (error callback).
 # t_stock_fault KIND RAIL BOUND_S [sysctl...]
+# (the endpoints' environment is MR_STOCK_ENV, failover off by default)
 t_stock_fault() {
     local kind=$1 rail=$2 bound=$3 t_fault w role dt sc
+    local env=${MR_STOCK_ENV:-UCX_MULTIRAIL_FAILOVER=n}
     shift 3
     "$MR_BED" up --rails 2 --rate 500mbit
     for sc in "$@"; do "$MR_BED" sysctl "$sc"; done
-    mr_server_start "$MR_DIR" 2 UCX_MULTIRAIL_FAILOVER=n -- \
+    # shellcheck disable=SC2086
+    mr_server_start "$MR_DIR" 2 $env -- \
         --hang-timeout 60 || { mr_fail "server did not start"; return; }
-    mr_client_start "$MR_DIR" 2 UCX_MULTIRAIL_FAILOVER=n -- --duration 60 \
+    # shellcheck disable=SC2086
+    mr_client_start "$MR_DIR" 2 $env -- --duration 60 \
         --hang-timeout 60
     sleep 3
     t_fault=$(date +%s.%N)
