@@ -12,6 +12,7 @@
 #include "ucp_failover.h"
 
 #include <ucs/async/async_fwd.h>
+#include <ucs/datastruct/khash.h>
 #include <ucs/datastruct/queue_types.h>
 
 #include <net/if.h>
@@ -103,6 +104,9 @@ ucs_status_t ucp_failover_link_watch_start(ucs_async_context_t *async,
 void ucp_failover_link_watch_stop(ucp_failover_link_watch_t *watch);
 
 
+KHASH_SET_INIT_INT64(ucp_failover_rail_set);
+
+
 /** The worker's rail monitor */
 typedef struct ucp_failover_worker {
     ucp_worker_h              worker;
@@ -116,6 +120,9 @@ typedef struct ucp_failover_worker {
     int                       probe_timer_id;  /* async timer, or -1 */
     int                       probe_scheduled; /* probe round queued */
     uint64_t                  probe_rounds;    /* probe rounds run */
+    uint64_t                  probes_sent;     /* lanes probed, total */
+    /* Rails (resource, peer) probed in the current round */
+    khash_t(ucp_failover_rail_set) probed_rails;
 } ucp_failover_worker_t;
 
 
@@ -125,6 +132,14 @@ ucs_status_t ucp_failover_probe_start(ucp_failover_worker_t *fw);
 
 /** Stop them; no probe round runs after it returns */
 void ucp_failover_probe_stop(ucp_failover_worker_t *fw);
+
+
+/**
+ * A lane of @a failed_ep on @a rsc_index failed: probe at once the lanes of
+ * the worker's other endpoints to the same peer on the same resource, which
+ * share its path.
+ */
+void ucp_failover_probe_rail(ucp_ep_h failed_ep, ucp_rsc_index_t rsc_index);
 
 
 /**

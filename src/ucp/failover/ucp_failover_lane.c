@@ -312,6 +312,8 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
         ucp_failover_wire_lane_down(ep, lane);
     }
 
+    /* Other endpoints to the peer over the same rail share its path */
+    ucp_failover_probe_rail(ep, rsc_index);
     return UCS_OK;
 }
 

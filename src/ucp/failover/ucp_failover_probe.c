@@ -10,7 +10,10 @@
  * gets a transport keepalive (uct_ep_check) every UCX_MULTIRAIL_PROBE_INTERVAL,
  * so it has something outstanding as well, and its transport reports an
  * error when that stays unanswered. Reported errors come back through the
- * worker's transport error handler, as any lane error does.
+ * worker's transport error handler, as any lane error does. Probes go to one
+ * lane per rail to a peer, not to every endpoint's: the cost grows with
+ * rails, not endpoints; when a lane fails, the other endpoints' lanes on
+ * that rail to that peer are probed at once.
  */
 
 #ifdef HAVE_CONFIG_H
@@ -30,59 +33,120 @@
 #include <ucs/debug/log.h>
 
 
-static unsigned ucp_failover_probe_progress(void *arg);
+/* A rail to a peer: a local resource and the peer worker's UUID */
+static uint64_t ucp_failover_probe_rail_key(ucp_rsc_index_t rsc_index,
+                                            uint64_t peer_uuid)
+{
+    return peer_uuid ^ ((rsc_index + 1) * 0x9e3779b97f4a7c15ull);
+}
 
-static void ucp_failover_probe_ep(ucp_ep_h ep)
+/* Whether the lane can be probed: connected, up, not the CM lane */
+static int ucp_failover_probe_lane_ok(ucp_ep_h ep, ucp_lane_index_t lane)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
-    char reason[64];
-    ucs_status_t status;
-    ucp_lane_index_t lane;
-    uct_ep_h uct_ep;
+    uct_ep_h uct_ep       = ep->uct_eps[lane];
 
-    if (!(fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) ||
-        (ep->flags & UCP_EP_FLAG_FAILED) ||
-        (ep->cfg_index == UCP_WORKER_CFG_INDEX_NULL)) {
+    return (lane != ucp_ep_get_cm_lane(ep)) && (uct_ep != NULL) &&
+           !(fo->failed_lanes & UCS_BIT(lane)) && !ucp_wireup_ep_test(uct_ep);
+}
+
+static int ucp_failover_probe_ep_ok(ucp_ep_h ep)
+{
+    return (ucp_failover_ep(ep)->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) &&
+           !(ep->flags & UCP_EP_FLAG_FAILED) &&
+           (ep->cfg_index != UCP_WORKER_CFG_INDEX_NULL);
+}
+
+/* Probe one lane; fail it over if the transport says the probe failed */
+static void ucp_failover_probe_lane(ucp_failover_worker_t *fw, ucp_ep_h ep,
+                                    ucp_lane_index_t lane)
+{
+    ucs_status_t status;
+
+    /* A lane busy sending returns UCS_OK without a probe: what it has
+     * outstanding is probe enough */
+    ++fw->probes_sent;
+    status = uct_ep_check(ep->uct_eps[lane], 0, NULL);
+    if ((status == UCS_OK) || (status == UCS_ERR_UNSUPPORTED) ||
+        (status == UCS_ERR_NO_RESOURCE)) {
         return;
     }
 
-    for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
-        uct_ep = ep->uct_eps[lane];
-        if ((lane == ucp_ep_get_cm_lane(ep)) || (uct_ep == NULL) ||
-            (fo->failed_lanes & UCS_BIT(lane)) || ucp_wireup_ep_test(uct_ep)) {
-            continue;
-        }
-
-        /* A lane busy sending returns UCS_OK without a probe: what it has
-         * outstanding is probe enough */
-        status = uct_ep_check(uct_ep, 0, NULL);
-        if ((status == UCS_OK) || (status == UCS_ERR_UNSUPPORTED) ||
-            (status == UCS_ERR_NO_RESOURCE)) {
-            continue;
-        }
-
-        ucs_snprintf_zero(reason, sizeof(reason), "probe failed");
-        ucp_failover_ep_lane_fault(ep, lane, reason, status);
-        if (ep->flags & UCP_EP_FLAG_FAILED) {
-            return;
-        }
-    }
+    ucp_failover_ep_lane_fault(ep, lane, "probe failed", status);
 }
 
+/*
+ * A probe round: one lane per rail to a peer (local resource, peer worker),
+ * whatever the number of endpoints sharing it: a path that dies silently
+ * takes all their connections with it, and the one probed finds it; the
+ * others are then verified at once (ucp_failover_probe_rail()).
+ */
 static unsigned ucp_failover_probe_progress(void *arg)
 {
     ucp_failover_worker_t *fw = arg;
     ucp_worker_h worker       = fw->worker;
     ucp_ep_ext_gen_t *ep_ext, *tmp;
+    ucp_rsc_index_t rsc_index;
+    ucp_lane_index_t lane;
+    ucp_ep_h ep;
+    int ret;
 
     UCS_ASYNC_BLOCK(&worker->async);
     fw->probe_scheduled = 0;
     ++fw->probe_rounds;
+    kh_clear(ucp_failover_rail_set, &fw->probed_rails);
     ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
-        ucp_failover_probe_ep(ucp_ep_from_ext_gen(ep_ext));
+        ep = ucp_ep_from_ext_gen(ep_ext);
+        for (lane = 0; ucp_failover_probe_ep_ok(ep) &&
+                       (lane < ucp_ep_num_lanes(ep));
+             ++lane) {
+            if (!ucp_failover_probe_lane_ok(ep, lane)) {
+                continue;
+            }
+
+            rsc_index = ucp_ep_get_rsc_index(ep, lane);
+            kh_put(ucp_failover_rail_set, &fw->probed_rails,
+                   ucp_failover_probe_rail_key(rsc_index,
+                                               ucp_failover_ep(ep)->peer_uuid),
+                   &ret);
+            if (ret != UCS_KH_PUT_KEY_PRESENT) {
+                ucp_failover_probe_lane(fw, ep, lane);
+            }
+        }
     }
     UCS_ASYNC_UNBLOCK(&worker->async);
     return 0;
+}
+
+void ucp_failover_probe_rail(ucp_ep_h failed_ep, ucp_rsc_index_t rsc_index)
+{
+    ucp_worker_h worker       = failed_ep->worker;
+    ucp_failover_worker_t *fw = worker->failover;
+    uint64_t peer_uuid        = ucp_failover_ep(failed_ep)->peer_uuid;
+    ucp_ep_ext_gen_t *ep_ext, *tmp;
+    ucp_lane_index_t lane;
+    ucp_ep_h ep;
+
+    if ((fw == NULL) || (rsc_index == UCP_NULL_RESOURCE)) {
+        return;
+    }
+
+    /* Probing cannot fail lanes synchronously over TCP; should a transport
+     * do it, the list walk below stays safe */
+    ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
+        ep = ucp_ep_from_ext_gen(ep_ext);
+        if ((ep == failed_ep) || !ucp_failover_probe_ep_ok(ep) ||
+            (ucp_failover_ep(ep)->peer_uuid != peer_uuid)) {
+            continue;
+        }
+
+        for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+            if (ucp_failover_probe_lane_ok(ep, lane) &&
+                (ucp_ep_get_rsc_index(ep, lane) == rsc_index)) {
+                ucp_failover_probe_lane(fw, ep, lane);
+            }
+        }
+    }
 }
 
 /* Async timer: a probe round is due; it runs from the worker's progress */
@@ -107,6 +171,7 @@ ucs_status_t ucp_failover_probe_start(ucp_failover_worker_t *fw)
     ucp_worker_h worker = fw->worker;
     double interval     = worker->context->config.ext.multirail.probe_interval;
 
+    kh_init_inplace(ucp_failover_rail_set, &fw->probed_rails);
     return ucs_async_add_timer(worker->async.mode, ucs_time_from_sec(interval),
                                ucp_failover_probe_timer, fw, &worker->async,
                                &fw->probe_timer_id);
@@ -127,4 +192,5 @@ void ucp_failover_probe_stop(ucp_failover_worker_t *fw)
 
     ucs_callbackq_remove_if(&fw->worker->uct->progress_q,
                             ucp_failover_probe_cb_filter, fw);
+    kh_destroy_inplace(ucp_failover_rail_set, &fw->probed_rails);
 }

@@ -7,6 +7,7 @@
 #include "ucp_test.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -571,6 +572,15 @@ protected:
         return map;
     }
 
+    void progress_for(double sec)
+    {
+        ucs_time_t end = ucs_get_time() + ucs_time_from_sec(sec);
+
+        while (ucs_get_time() < end) {
+            progress();
+        }
+    }
+
     void progress_until_failed(ucp_ep_h ep, ucp_lane_map_t lanes)
     {
         ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
@@ -685,7 +695,7 @@ UCS_TEST_P(test_ucp_multirail_detect, other_events_fail_nothing)
     /* lost events: every device is looked at again, and is up */
     ucp_failover_worker_device_event(sender().worker(), NULL,
                                      UCP_FAILOVER_LINK_RESYNC);
-    short_progress_loop(100);
+    progress_for(0.1);
     exchange(1 << 20, 2);
     EXPECT_EQ(0u, num_failed(sender().ep()));
     EXPECT_EQ(0u, num_failed(sender().ep(0, 1)));
@@ -736,6 +746,56 @@ UCS_TEST_P(test_ucp_multirail_detect, healthy_lanes_stay_up)
     EXPECT_EQ(0u, num_failed(sender().ep()));
     EXPECT_EQ(0u, num_failed(sender().ep(0, 1)));
     EXPECT_EQ(0u, num_failed(receiver().ep()));
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/* A probe round probes one lane per rail to a peer, however many endpoints
+ * share it; a failed lane has the other endpoints' lanes on its rail probed
+ * at once */
+UCS_TEST_P(test_ucp_multirail_detect, probes_per_rail_not_per_endpoint)
+{
+    skip_unless_two_lanes();
+    ucp_failover_worker_t *fw = sender().worker()->failover;
+    std::set<ucp_rsc_index_t> rails;
+    unsigned num_lanes        = 0;
+
+    ASSERT_TRUE(fw != NULL);
+    for (int ep_index = 0; ep_index < 2; ++ep_index) {
+        ucp_ep_h ep = sender().ep(0, ep_index);
+        for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+            if (lane != ucp_ep_get_cm_lane(ep)) {
+                rails.insert(ucp_ep_get_rsc_index(ep, lane));
+                ++num_lanes;
+            }
+        }
+    }
+    ASSERT_GT(num_lanes, rails.size());
+
+    /* whole rounds only: sample between two rounds */
+    UCS_ASYNC_BLOCK(&sender().worker()->async);
+    uint64_t rounds0 = fw->probe_rounds, probes0 = fw->probes_sent;
+    UCS_ASYNC_UNBLOCK(&sender().worker()->async);
+    progress_for(0.3);
+    UCS_ASYNC_BLOCK(&sender().worker()->async);
+    uint64_t rounds = fw->probe_rounds - rounds0;
+    uint64_t probes = fw->probes_sent - probes0;
+    UCS_ASYNC_UNBLOCK(&sender().worker()->async);
+
+    UCS_TEST_MESSAGE << rounds << " rounds, " << probes << " probes, "
+                     << rails.size() << " rails, " << num_lanes << " lanes";
+    ASSERT_GE(rounds, 5u);
+    EXPECT_EQ(rounds * rails.size(), probes);
+
+    /* a lane fails: the other endpoint's lane on that rail is probed now */
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    probes0               = fw->probes_sent;
+    rounds0               = fw->probe_rounds;
+    fail_lane(sender(), lane);
+    EXPECT_EQ(rounds0, fw->probe_rounds);
+    EXPECT_EQ(probes0 + 1, fw->probes_sent);
+    wait_peer_failed(receiver(), 1);
+    exchange(1 << 20, 1);
+    send_recv_ep(1, 1 << 20, 9);
     EXPECT_EQ(0u, m_err_count);
 }
 
