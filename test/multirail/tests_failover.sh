@@ -135,14 +135,16 @@ mr_mpi_run() {
         -x UCX_LOG_LEVEL=info "$bin/mr_mpi_check" "$secs" >"$dir/mpi.out" 2>&1
 }
 
+# t_mpi_rail_cut FAILOVER(y|n) [KIND [SIDE]]: the fault (default an RST on
+# side a) on r1 with default kernel settings
 t_mpi_rail_cut() {
-    local fo=$1 rc=0 n
+    local fo=$1 kind=${2:-rst} side=${3:-a} rc=0 n
     "$MR_BED" up --rails 2 --rate 500mbit
     # an 8 s job; without failover it may hang, which 30 s bounds
     mr_mpi_run "$MR_DIR" "$fo" 8 $([ "$fo" = y ] && echo 120 || echo 30) &
     local pid=$!
     sleep 3.5
-    "$MR_BED" fault rst 1 a
+    "$MR_BED" fault "$kind" 1 "$side"
     wait $pid || rc=$?
     n=$(grep -c "loaded from $MRFO_PREFIX/lib" "$MR_DIR/mpi.out" || true)
     mr_expect_eq "ranks on our library" 2 "$n"
@@ -191,5 +193,8 @@ mr_failover_all() {
     mr_run_test failover_stock_peer t_failover_stock_peer
     mr_run_test mpi_rail_cut_failover_on t_mpi_rail_cut y
     mr_run_test mpi_rail_cut_failover_off t_mpi_rail_cut n
+    # found by a link event, and by TCP_USER_TIMEOUT + probes (issue 5)
+    mr_run_test mpi_rail_linkdown_failover_on t_mpi_rail_cut y down a
+    mr_run_test mpi_rail_blackhole_failover_on t_mpi_rail_cut y blackhole both
     "$MR_BED" down
 }
