@@ -123,6 +123,10 @@ typedef struct ucp_failover_worker {
     uint64_t                  probes_sent;     /* lanes probed, total */
     /* Rails (resource, peer) probed in the current round */
     khash_t(ucp_failover_rail_set) probed_rails;
+    /* Rails whose every lane the next round probes (a lane on it failed) */
+    khash_t(ucp_failover_rail_set) verify_rails;
+    /* Walking the worker's endpoints: what may destroy one is deferred */
+    int                       walking;
 } ucp_failover_worker_t;
 
 

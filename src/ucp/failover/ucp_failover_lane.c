@@ -338,7 +338,17 @@ void ucp_failover_replay(ucp_ep_h ep, ucs_queue_head_t *replay_q)
 ucs_status_t ucp_failover_lane_error(ucp_ep_h ep, ucp_lane_index_t lane,
                                      ucs_status_t status)
 {
+    ucp_failover_worker_t *fw = ep->worker->failover;
+
     if (!ucp_failover_lane_can_fail(ep, lane)) {
+        if ((fw != NULL) && fw->walking) {
+            /* the error came from a probe inside the rail monitor's walk of
+             * the endpoints: failing the endpoint there could destroy
+             * endpoints under the walk, so do it from progress */
+            ucp_ep_set_failed_schedule(ep, lane, status);
+            return UCS_OK;
+        }
+
         return status;
     }
 

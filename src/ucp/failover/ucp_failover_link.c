@@ -22,6 +22,7 @@
 #include <ucs/sys/sock.h>
 #include <ucs/sys/string.h>
 
+#include <errno.h>
 #include <net/if.h>
 #include <sys/ioctl.h>
 
@@ -41,6 +42,7 @@
 struct ucp_failover_link_watch {
 #if HAVE_LIBNL
     struct nl_sock         *sk;       /* rtnetlink socket, RTNLGRP_LINK */
+    struct nl_cb           *nl_cb;    /* its callbacks (a reference) */
 #endif
     int                    fd;        /* its descriptor, in the async set */
     ucp_failover_link_cb_t cb;        /* where events go */
@@ -85,8 +87,14 @@ ucp_failover_link_event_t ucp_failover_link_query(const char *ifname)
 {
     struct ifreq ifr;
 
+    if (if_nametoindex(ifname) == 0) {
+        /* only a device that is gone counts, not e.g. a lack of fds */
+        return (errno == ENODEV) ? UCP_FAILOVER_LINK_REMOVED :
+                                   UCP_FAILOVER_LINK_NONE;
+    }
+
     if (ucs_netif_ioctl(ifname, SIOCGIFFLAGS, &ifr) != UCS_OK) {
-        return UCP_FAILOVER_LINK_REMOVED;
+        return UCP_FAILOVER_LINK_NONE;
     }
 
     return ucp_failover_link_flags_event(ifr.ifr_flags);
@@ -134,9 +142,12 @@ static void ucp_failover_link_readable(int fd, ucs_event_set_types_t events,
     int i, ret;
 
     for (i = 0; i < UCP_FAILOVER_LINK_MAX_READS; ++i) {
-        ret = nl_recvmsgs_default(watch->sk);
-        if (ret >= 0) {
+        /* > 0: messages read; 0 (libnl < 3.2.28 on EAGAIN) or < 0: stop */
+        ret = nl_recvmsgs_report(watch->sk, watch->nl_cb);
+        if (ret > 0) {
             continue;
+        } else if (ret == 0) {
+            return;
         }
 
         if (ret == -NLE_NOMEM) {
@@ -155,8 +166,8 @@ static void ucp_failover_link_readable(int fd, ucs_event_set_types_t events,
         return;
     }
 
-    /* The socket may be edge-triggered in the async event set: what was not
-     * read now is not signalled again */
+    /* Notifications kept coming: rather than stay here, treat what is left
+     * as lost */
     ucs_diag("link watch %p: more than %d reads, resynchronising", watch,
              UCP_FAILOVER_LINK_MAX_READS);
     watch->cb(watch->arg, NULL, UCP_FAILOVER_LINK_RESYNC);
@@ -188,6 +199,8 @@ ucs_status_t ucp_failover_link_watch_start(ucs_async_context_t *async,
     nl_socket_disable_seq_check(watch->sk);
     nl_socket_modify_cb(watch->sk, NL_CB_VALID, NL_CB_CUSTOM,
                         ucp_failover_link_msg_cb, watch);
+
+    watch->nl_cb = nl_socket_get_cb(watch->sk);
 
     ret = nl_connect(watch->sk, NETLINK_ROUTE);
     if (ret < 0) {
@@ -221,6 +234,7 @@ ucs_status_t ucp_failover_link_watch_start(ucs_async_context_t *async,
     return UCS_OK;
 
 err_free_sk:
+    nl_cb_put(watch->nl_cb);
     nl_socket_free(watch->sk); /* closes the socket too */
 err_free:
     ucs_free(watch);
@@ -230,6 +244,7 @@ err_free:
 void ucp_failover_link_watch_stop(ucp_failover_link_watch_t *watch)
 {
     ucs_async_remove_handler(watch->fd, 1);
+    nl_cb_put(watch->nl_cb);
     nl_socket_free(watch->sk);
     ucs_free(watch);
 }

@@ -33,6 +33,9 @@
 #include <ucs/debug/log.h>
 
 
+static unsigned ucp_failover_probe_progress(void *arg);
+
+
 /* A rail to a peer: a local resource and the peer worker's UUID */
 static uint64_t ucp_failover_probe_rail_key(ucp_rsc_index_t rsc_index,
                                             uint64_t peer_uuid)
@@ -57,7 +60,11 @@ static int ucp_failover_probe_ep_ok(ucp_ep_h ep)
            (ep->cfg_index != UCP_WORKER_CFG_INDEX_NULL);
 }
 
-/* Probe one lane; fail it over if the transport says the probe failed */
+/*
+ * Probe one lane. A transport that finds the lane dead while probing reports
+ * it through the worker's error handler (which defers what it cannot do
+ * inside this walk, see fw->walking), not through the return value.
+ */
 static void ucp_failover_probe_lane(ucp_failover_worker_t *fw, ucp_ep_h ep,
                                     ucp_lane_index_t lane)
 {
@@ -67,19 +74,29 @@ static void ucp_failover_probe_lane(ucp_failover_worker_t *fw, ucp_ep_h ep,
      * outstanding is probe enough */
     ++fw->probes_sent;
     status = uct_ep_check(ep->uct_eps[lane], 0, NULL);
-    if ((status == UCS_OK) || (status == UCS_ERR_UNSUPPORTED) ||
-        (status == UCS_ERR_NO_RESOURCE)) {
+    if ((status != UCS_OK) && (status != UCS_ERR_NO_RESOURCE)) {
+        ucs_debug("ep %p: probe of lane[%d]: %s", ep, lane,
+                  ucs_status_string(status));
+    }
+}
+
+static void ucp_failover_probe_schedule(ucp_failover_worker_t *fw)
+{
+    if (fw->probe_scheduled) {
         return;
     }
 
-    ucp_failover_ep_lane_fault(ep, lane, "probe failed", status);
+    fw->probe_scheduled = 1;
+    ucs_callbackq_add_safe(&fw->worker->uct->progress_q,
+                           ucp_failover_probe_progress, fw,
+                           UCS_CALLBACKQ_FLAG_ONESHOT);
 }
 
 /*
  * A probe round: one lane per rail to a peer (local resource, peer worker),
  * whatever the number of endpoints sharing it: a path that dies silently
- * takes all their connections with it, and the one probed finds it; the
- * others are then verified at once (ucp_failover_probe_rail()).
+ * takes all their connections with it, and the one probed finds it. Every
+ * lane of a rail to be verified (a lane on it failed) is probed.
  */
 static unsigned ucp_failover_probe_progress(void *arg)
 {
@@ -88,11 +105,13 @@ static unsigned ucp_failover_probe_progress(void *arg)
     ucp_ep_ext_gen_t *ep_ext, *tmp;
     ucp_rsc_index_t rsc_index;
     ucp_lane_index_t lane;
+    uint64_t key;
     ucp_ep_h ep;
     int ret;
 
     UCS_ASYNC_BLOCK(&worker->async);
     fw->probe_scheduled = 0;
+    fw->walking         = 1;
     ++fw->probe_rounds;
     kh_clear(ucp_failover_rail_set, &fw->probed_rails);
     ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
@@ -105,15 +124,22 @@ static unsigned ucp_failover_probe_progress(void *arg)
             }
 
             rsc_index = ucp_ep_get_rsc_index(ep, lane);
-            kh_put(ucp_failover_rail_set, &fw->probed_rails,
-                   ucp_failover_probe_rail_key(rsc_index,
-                                               ucp_failover_ep(ep)->peer_uuid),
-                   &ret);
+            key       = ucp_failover_probe_rail_key(
+                    rsc_index, ucp_failover_ep(ep)->peer_uuid);
+            if (kh_get(ucp_failover_rail_set, &fw->verify_rails, key) !=
+                kh_end(&fw->verify_rails)) {
+                ucp_failover_probe_lane(fw, ep, lane);
+                continue;
+            }
+
+            kh_put(ucp_failover_rail_set, &fw->probed_rails, key, &ret);
             if (ret != UCS_KH_PUT_KEY_PRESENT) {
                 ucp_failover_probe_lane(fw, ep, lane);
             }
         }
     }
+    kh_clear(ucp_failover_rail_set, &fw->verify_rails);
+    fw->walking = 0;
     UCS_ASYNC_UNBLOCK(&worker->async);
     return 0;
 }
@@ -122,48 +148,32 @@ void ucp_failover_probe_rail(ucp_ep_h failed_ep, ucp_rsc_index_t rsc_index)
 {
     ucp_worker_h worker       = failed_ep->worker;
     ucp_failover_worker_t *fw = worker->failover;
-    uint64_t peer_uuid        = ucp_failover_ep(failed_ep)->peer_uuid;
-    ucp_ep_ext_gen_t *ep_ext, *tmp;
-    ucp_lane_index_t lane;
-    ucp_ep_h ep;
+    int ret;
 
     if ((fw == NULL) || (rsc_index == UCP_NULL_RESOURCE)) {
         return;
     }
 
-    /* Probing cannot fail lanes synchronously over TCP; should a transport
-     * do it, the list walk below stays safe */
-    ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
-        ep = ucp_ep_from_ext_gen(ep_ext);
-        if ((ep == failed_ep) || !ucp_failover_probe_ep_ok(ep) ||
-            (ucp_failover_ep(ep)->peer_uuid != peer_uuid)) {
-            continue;
-        }
-
-        for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
-            if (ucp_failover_probe_lane_ok(ep, lane) &&
-                (ucp_ep_get_rsc_index(ep, lane) == rsc_index)) {
-                ucp_failover_probe_lane(fw, ep, lane);
-            }
-        }
-    }
+    /* Recorded, and probed from progress: this may run inside a walk of the
+     * worker's endpoints, or inside a transport's error handler */
+    UCS_ASYNC_BLOCK(&worker->async);
+    kh_put(ucp_failover_rail_set, &fw->verify_rails,
+           ucp_failover_probe_rail_key(rsc_index,
+                                       ucp_failover_ep(failed_ep)->peer_uuid),
+           &ret);
+    ucp_failover_probe_schedule(fw);
+    UCS_ASYNC_UNBLOCK(&worker->async);
 }
 
 /* Async timer: a probe round is due; it runs from the worker's progress */
 static void ucp_failover_probe_timer(int id, ucs_event_set_types_t events,
                                      void *arg)
 {
-    ucp_failover_worker_t *fw  = arg;
-    uct_worker_cb_id_t prog_id = UCS_CALLBACKQ_ID_NULL;
+    ucp_failover_worker_t *fw = arg;
 
-    if (fw->probe_scheduled || (fw->worker->num_all_eps == 0)) {
-        return;
+    if (fw->worker->num_all_eps != 0) {
+        ucp_failover_probe_schedule(fw);
     }
-
-    fw->probe_scheduled = 1;
-    uct_worker_progress_register_safe(fw->worker->uct,
-                                      ucp_failover_probe_progress, fw,
-                                      UCS_CALLBACKQ_FLAG_ONESHOT, &prog_id);
 }
 
 ucs_status_t ucp_failover_probe_start(ucp_failover_worker_t *fw)
@@ -172,6 +182,7 @@ ucs_status_t ucp_failover_probe_start(ucp_failover_worker_t *fw)
     double interval     = worker->context->config.ext.multirail.probe_interval;
 
     kh_init_inplace(ucp_failover_rail_set, &fw->probed_rails);
+    kh_init_inplace(ucp_failover_rail_set, &fw->verify_rails);
     return ucs_async_add_timer(worker->async.mode, ucs_time_from_sec(interval),
                                ucp_failover_probe_timer, fw, &worker->async,
                                &fw->probe_timer_id);
@@ -193,4 +204,5 @@ void ucp_failover_probe_stop(ucp_failover_worker_t *fw)
     ucs_callbackq_remove_if(&fw->worker->uct->progress_q,
                             ucp_failover_probe_cb_filter, fw);
     kh_destroy_inplace(ucp_failover_rail_set, &fw->probed_rails);
+    kh_destroy_inplace(ucp_failover_rail_set, &fw->verify_rails);
 }

@@ -107,16 +107,17 @@ static void ucp_failover_worker_record(ucp_failover_worker_t *fw,
                                        ucp_rsc_index_t rsc_index,
                                        ucp_failover_link_event_t event)
 {
-    uct_worker_cb_id_t prog_id = UCS_CALLBACKQ_ID_NULL;
-
     ucs_atomic_swap8(&fw->rsc_event[rsc_index], event);
     if (ucs_atomic_cswap32(&fw->event_scheduled, 0, 1) != 0) {
         return; /* a handler is queued and has not read the events yet */
     }
 
-    uct_worker_progress_register_safe(fw->worker->uct,
-                                      ucp_failover_worker_event_progress, fw,
-                                      UCS_CALLBACKQ_FLAG_ONESHOT, &prog_id);
+    /* The callback queue's own lock only: never the worker's async lock,
+     * which a device-event poster (the shared async thread) must not wait
+     * for */
+    ucs_callbackq_add_safe(&fw->worker->uct->progress_q,
+                           ucp_failover_worker_event_progress, fw,
+                           UCS_CALLBACKQ_FLAG_ONESHOT);
     /* A user waiting on the worker's event fd should progress now */
     ucp_worker_signal_internal(fw->worker);
 }
@@ -199,10 +200,11 @@ void ucp_failover_ep_lane_fault(ucp_ep_h ep, ucp_lane_index_t lane,
     }
 
     /* The endpoint cannot live without this lane: fail it now rather than
-     * when the transport gives up */
+     * when the transport gives up; from progress, since failing it may call
+     * the user, who may destroy endpoints of the list being walked */
     ucs_diag("ep %p: lane[%d] lost (%s), the endpoint cannot continue without"
              " it", ep, lane, reason);
-    ucp_ep_set_failed(ep, lane, status);
+    ucp_ep_set_failed_schedule(ep, lane, status);
 }
 
 static void ucp_failover_ep_devices_down(ucp_failover_worker_t *fw,
@@ -230,7 +232,11 @@ static void ucp_failover_ep_devices_down(ucp_failover_worker_t *fw,
         }
 
         if (!ucp_failover_lane_can_fail(ep, lane)) {
-            if (!(fo->failed_lanes & UCS_BIT(lane))) {
+            /* the am lane first; a lane still connecting is wireup's */
+            if (!(fo->failed_lanes & UCS_BIT(lane)) &&
+                !ucp_wireup_ep_test(ep->uct_eps[lane]) &&
+                ((fatal_lane == UCP_NULL_LANE) ||
+                 (lane == ucp_ep_get_am_lane(ep)))) {
                 fatal_lane = lane;
             }
             continue;
@@ -270,9 +276,11 @@ static unsigned ucp_failover_worker_event_progress(void *arg)
 
     UCS_ASYNC_BLOCK(&worker->async);
 
+    fw->walking = 1;
     ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
         ucp_failover_ep_devices_down(fw, ucp_ep_from_ext_gen(ep_ext), events);
     }
+    fw->walking = 0;
 
     UCS_ASYNC_UNBLOCK(&worker->async);
     return 1;

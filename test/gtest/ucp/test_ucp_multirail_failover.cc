@@ -655,9 +655,12 @@ protected:
         return value;
     }
 
+    /* a transport whose probe finds the lane dead: it reports the error
+     * through the interface's error handler, as TCP does */
     static ucs_status_t ep_check_fails(uct_ep_h ep, unsigned flags,
                                        uct_completion_t *comp)
     {
+        uct_iface_handle_ep_err(ep->iface, ep, UCS_ERR_ENDPOINT_TIMEOUT);
         return UCS_ERR_ENDPOINT_TIMEOUT;
     }
 };
@@ -786,13 +789,35 @@ UCS_TEST_P(test_ucp_multirail_detect, probes_per_rail_not_per_endpoint)
     ASSERT_GE(rounds, 5u);
     EXPECT_EQ(rounds * rails.size(), probes);
 
-    /* a lane fails: the other endpoint's lane on that rail is probed now */
-    ucp_lane_index_t lane = data_lane(sender().ep());
-    probes0               = fw->probes_sent;
-    rounds0               = fw->probe_rounds;
+}
+
+/* With rounds 10 s apart, a failed lane still has the other endpoint's lane
+ * on its rail probed at once */
+UCS_TEST_P(test_ucp_multirail_detect, failed_lane_verifies_its_rail,
+           "MULTIRAIL_PROBE_INTERVAL=10s", "MULTIRAIL_PROBE_TIMEOUT=20s")
+{
+    skip_unless_two_lanes();
+    ucp_failover_worker_t *fw = sender().worker()->failover;
+    ucp_lane_index_t lane     = data_lane(sender().ep());
+    ucp_ep_h ep1              = sender().ep(0, 1);
+    std::string dev           = lane_rsc(sender().ep(), lane).dev_name;
+    ucp_lane_map_t lanes1     = lanes_on(ep1, dev);
+
+    ASSERT_TRUE(fw != NULL);
+    ASSERT_EQ(1u, ucs_popcount(lanes1));
+    ucp_lane_index_t lane1 = ucs_ffs64(lanes1);
+    uct_iface_h iface      = ep1->uct_eps[lane1]->iface;
+    uct_ep_check_func_t orig_check = iface->ops.ep_check;
+
+    progress_for(0.05);
+    uint64_t rounds0 = fw->probe_rounds;
+
+    /* the rail is dead for ep1 too: its probe will say so */
+    iface->ops.ep_check = ep_check_fails;
     fail_lane(sender(), lane);
-    EXPECT_EQ(rounds0, fw->probe_rounds);
-    EXPECT_EQ(probes0 + 1, fw->probes_sent);
+    progress_until_failed(ep1, lanes1);
+    iface->ops.ep_check = orig_check;
+    EXPECT_EQ(rounds0 + 1, fw->probe_rounds);
     wait_peer_failed(receiver(), 1);
     exchange(1 << 20, 1);
     send_recv_ep(1, 1 << 20, 9);
