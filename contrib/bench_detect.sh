@@ -10,6 +10,9 @@
 #
 # Usage: contrib/bench_detect.sh [N] [KIND[:SIDE][:idle] ...]
 #        default: 100 down:a drop-both:b blackhole:both:idle
+#        contrib/bench_detect.sh eps [N] [KIND[:SIDE] ...]  N more idle
+#        endpoints (default 1024; down:a blackhole:both): every endpoint must
+#        fail r1 over; first/last failover and r1's idle traffic
 #        contrib/bench_detect.sh false-positive [SECS]   (default 600)
 #        saturated rails and a CPU hog per core for SECS: no lane may fail
 #        over while traffic runs
@@ -19,15 +22,38 @@ set -eEu -o pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/contrib/common.sh"
 
-if [ "${1:-}" = false-positive ]; then
+# the test scripts' functions, results in build/bench-NAME
+bench_with_tests() {
     export MRFO_PREFIX MRFO_SRC
-    export MRFO_RESULTS=$MRFO_BUILD_DIR/bench-false-positive
+    export MRFO_RESULTS=$MRFO_BUILD_DIR/bench-$1
     rm -rf "$MRFO_RESULTS"
     mkdir -p "$MRFO_RESULTS"
     . "$top/test/multirail/lib.sh"
     . "$top/test/multirail/tests_failover.sh"
     . "$top/test/multirail/tests_detect.sh"
     trap '"$MR_BED" down >/dev/null 2>&1 || true' EXIT
+}
+
+if [ "${1:-}" = eps ]; then
+    # contrib/bench_detect.sh eps [N] [KIND[:SIDE]...]: N+1 endpoints
+    bench_with_tests eps
+    n=${2:-1024}
+    shift 2 || shift $#
+    specs=("$@")
+    [ ${#specs[@]} -gt 0 ] || specs=(down:a blackhole:both)
+    for spec in "${specs[@]}"; do
+        IFS=: read -r kind side <<<"$spec"
+        mr_run_test "eps${n}_${kind}" t_detect_many_eps "$n" "$kind" \
+            "${side:-a}"
+    done
+    "$MR_BED" down
+    echo "$mr_passed passed, $mr_failed failed"
+    [ "$mr_failed" = 0 ]
+    exit
+fi
+
+if [ "${1:-}" = false-positive ]; then
+    bench_with_tests false-positive
     secs=${2:-600}
     MR_TIMEOUT=$((secs + 60))
     mr_run_test false_positive_${secs}s t_detect_no_false_positive "$secs"

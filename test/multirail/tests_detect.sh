@@ -58,6 +58,48 @@ t_detect_amlane() {
     MR_STOCK_ENV=$MR_FO_ENV t_stock_fault "$1" 0 "$2"
 }
 
+# t_detect_many_eps N KIND SIDE: N more idle endpoints between the pair
+# (worker-address); a fault on r1 must fail r1 over on every endpoint of
+# both sides, cleanly. Notes the first and last failover and r1's idle
+# traffic before the fault (probes are per rail and peer: it must not grow
+# with N).
+t_detect_many_eps() {
+    local n=$1 kind=$2 side=$3 MR_NET_MGMT=0 t role f cnt first last i
+    local args=(--conn address --extra-eps "$n" --sizes 8,64,512
+                --hang-timeout 30 --connect-timeout 60)
+    ulimit -n 20000 2>/dev/null || true
+    "$MR_BED" up --rails 2 --rate 500mbit
+    # shellcheck disable=SC2086
+    mr_server_start "$MR_DIR" 2 $MR_FO_ENV -- "${args[@]}" ||
+        { mr_fail "server did not start"; return 0; }
+    # shellcheck disable=SC2086
+    mr_client_start "$MR_DIR" 2 $MR_FO_ENV -- "${args[@]}" --duration 10
+    for ((i = 0; i < 600; i++)); do
+        grep -q "^EXTRA_EPS" "$MR_DIR/client.out" 2>/dev/null && break
+        sleep 0.1
+    done
+    sleep 4
+    t=$(mr_now)
+    "$MR_BED" fault "$kind" 1 "$side"
+    mr_pair_wait "$MR_DIR"
+    mr_expect_clean "$MR_DIR"
+    for role in client server; do
+        f=$MR_DIR/$role.out
+        cnt=$(grep -c "tcp/r1 failed (" "$f" || true)
+        mr_expect_eq "$role endpoints that failed r1 over" $((n + 1)) "$cnt"
+        first=$(grep -m1 "tcp/r1 failed (" "$f" | sed -n 's/^\[\([0-9.]*\)\].*/\1/p')
+        last=$(grep "tcp/r1 failed (" "$f" | tail -1 | sed -n 's/^\[\([0-9.]*\)\].*/\1/p')
+        [ -n "$first" ] || continue
+        mr_note+=" ${role}_first=$(mr_elapsed "$t" "$first")s"
+        mr_note+=" ${role}_last=$(mr_elapsed "$t" "$last")s"
+        mr_note+=" ${role}_r1_idle_tx=$(grep '^TL' "$f" | awk -v t="$t" '
+            { for (i = 2; i <= NF; i++) { split($i, kv, "=")
+                  if (kv[1] == "wall") w = kv[2]; if (kv[1] == "r1_tx") v = kv[2] }
+              if (w < t && w > t - 3) { s += v; k++ } }
+            END { printf "%.0fB/s", k ? s / (k * 0.5) : -1 }')"
+    done
+}
+
 mr_detect_all() {
     mr_run_test detect_linkdown_r1_busy t_detect 2 down 1 a sockaddr peer busy
     mr_run_test detect_linkdown_r1_idle_address_none t_detect 2 down 1 b \
@@ -72,6 +114,8 @@ mr_detect_all() {
     mr_run_test detect_drop_out_r1_idle_address_none t_detect 2 drop-out 1 a \
         address none idle
     mr_run_test detect_no_false_positive_loaded t_detect_no_false_positive 20
+    mr_run_test detect_64eps_blackhole_r1_idle t_detect_many_eps 64 blackhole \
+        both
     mr_run_test detect_amlane_linkdown_errcb t_detect_amlane down 2
     mr_run_test detect_amlane_blackhole_errcb t_detect_amlane blackhole 2
     "$MR_BED" down

@@ -146,6 +146,7 @@ static struct {
     int          num_rails;
     int          tag_recvs;
     int          inject;      /* self-test: break the tag stream on purpose */
+    int          extra_eps;   /* idle endpoints to the peer (address mode) */
     uint64_t     inject_seq;
 
     /* state */
@@ -153,6 +154,7 @@ static struct {
     ucp_worker_h  worker;
     ucp_listener_h listener;
     ucp_ep_h      ep;
+    ucp_ep_h      *extra_ep;    /* extra_eps idle endpoints */
     ucp_mem_h     memh;
     uint8_t       *region;
     size_t        region_size;
@@ -753,6 +755,75 @@ static void sock_xfer(int fd, void *buf, size_t len, int send_dir)
 }
 
 /* Exchange worker addresses over a plain TCP socket, then create the ep */
+/*
+ * Idle endpoints to the same peer (both sides create as many, in the same
+ * order, so that they pair up), each flushed once so that its wireup is
+ * done: they carry no traffic, and show what the rail monitor costs and does
+ * with many endpoints.
+ */
+static void create_extra_eps(const ucp_ep_params_t *ep_params)
+{
+    ucp_request_param_t param = {0};
+    ucs_status_ptr_t sp;
+    ucs_status_t status;
+    double deadline;
+    int i;
+
+    if (g.extra_eps == 0) {
+        printf("EXTRA_EPS 0\n");
+        return;
+    }
+
+    g.extra_ep = xmalloc(sizeof(*g.extra_ep) * g.extra_eps);
+    for (i = 0; i < g.extra_eps; ++i) {
+        status = ucp_ep_create(g.worker, ep_params, &g.extra_ep[i]);
+        if (status != UCS_OK) {
+            die("ucp_ep_create (extra %d) failed: %s", i,
+                ucs_status_string(status));
+        }
+    }
+
+    deadline = now() + g.connect_timeout;
+    for (i = 0; i < g.extra_eps; ++i) {
+        sp = ucp_ep_flush_nbx(g.extra_ep[i], &param);
+        if (!UCS_PTR_IS_PTR(sp)) {
+            continue;
+        }
+        while ((ucp_request_check_status(sp) == UCS_INPROGRESS) &&
+               (now() < deadline)) {
+            ucp_worker_progress(g.worker);
+        }
+        if (ucp_request_check_status(sp) == UCS_INPROGRESS) {
+            die("extra endpoint %d not connected within %.0f s", i,
+                g.connect_timeout);
+        }
+        ucp_request_free(sp);
+    }
+    printf("EXTRA_EPS %d\n", g.extra_eps);
+}
+
+static void close_extra_eps(void)
+{
+    ucp_request_param_t param = {0};
+    ucs_status_ptr_t sp;
+    int i;
+
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags        = UCP_EP_CLOSE_FLAG_FORCE;
+    for (i = 0; i < g.extra_eps; ++i) {
+        sp = ucp_ep_close_nbx(g.extra_ep[i], &param);
+        if (UCS_PTR_IS_PTR(sp)) {
+            while (ucp_request_check_status(sp) == UCS_INPROGRESS) {
+                ucp_worker_progress(g.worker);
+            }
+            ucp_request_free(sp);
+        }
+    }
+    free(g.extra_ep);
+    g.extra_ep  = NULL;
+    g.extra_eps = 0;
+}
+
 static void connect_address(void)
 {
     ucp_ep_params_t ep_params = {0};
@@ -822,10 +893,12 @@ static void connect_address(void)
     ep_params.address    = peer_addr;
     ep_params_common(&ep_params);
     status = ucp_ep_create(g.worker, &ep_params, &g.ep);
-    free(peer_addr);
     if (status != UCS_OK) {
         die("ucp_ep_create failed: %s", ucs_status_string(status));
     }
+
+    create_extra_eps(&ep_params);
+    free(peer_addr);
 }
 
 /* ---------------------------------------------------------------------------
@@ -1661,6 +1734,7 @@ static void close_ep(void)
     ucs_status_ptr_t sp;
     double deadline;
 
+    close_extra_eps();
     if (g.ep == NULL) {
         return;
     }
@@ -1768,6 +1842,7 @@ static void usage(void)
 "  --rails LIST             network devices whose counters go in the timeline\n"
 "  --hang-timeout SEC       no progress for that long is a hang (default 20)\n"
 "  --connect-timeout SEC    (default 20)\n"
+"  --extra-eps N            --conn address: N more (idle) endpoints to the peer\n"
 "  --settle SEC             server: after the client's last message, how long\n"
 "                           a missing message may still arrive (default 3)\n"
 "  --inject KIND@N          client self-test: skip|dup|swap|corrupt the tag\n"
@@ -1851,6 +1926,7 @@ int main(int argc, char **argv)
         {"connect-timeout", required_argument, 0, 'T'},
         {"inject", required_argument, 0, 'I'},
         {"settle", required_argument, 0, 'W'},
+        {"extra-eps", required_argument, 0, 'X'},
         {0, 0, 0, 0}
     };
     int c, api, any_api = 0, rc;
@@ -1891,6 +1967,7 @@ int main(int argc, char **argv)
         case 'H': g.hang_timeout = atof(optarg); break;
         case 'T': g.connect_timeout = atof(optarg); break;
         case 'W': g.settle = atof(optarg); break;
+        case 'X': g.extra_eps = atoi(optarg); break;
         case 'I': {
             char *at = strchr(optarg, '@');
             if (at == NULL) {
