@@ -113,6 +113,13 @@ mr_detect_all() {
         peer idle
     mr_run_test detect_drop_out_r1_idle_address_none t_detect 2 drop-out 1 a \
         address none idle
+    mr_run_test detect_delete_r1_idle t_detect 2 delete 1 a sockaddr peer idle
+    mr_run_test detect_drop_out_r1_busy t_detect 2 drop-out 1 a sockaddr peer \
+        busy
+    mr_run_test detect_drop_both_r1_idle_address_none t_detect 2 drop-both 1 b \
+        address none idle
+    mr_run_test detect_blackhole_r1_busy t_detect 2 blackhole 1 both sockaddr \
+        peer busy
     mr_run_test detect_no_false_positive_loaded t_detect_no_false_positive 20
     mr_run_test detect_64eps_blackhole_r1_idle t_detect_many_eps 64 blackhole \
         both
