@@ -80,6 +80,8 @@ typedef struct ucp_failover_ep {
     uint32_t         num_restarts;             /* Restarts since the last
                                                   lane failover */
     uint32_t         num_redriven;             /* Requests re-driven, total */
+    uint32_t         num_recoveries;           /* Lanes brought back */
+    struct ucp_failover_rec *rec;              /* Recovery state, or NULL */
 } ucp_failover_ep_t;
 
 
@@ -100,7 +102,8 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker);
 /**
  * Interface configuration hook: with failover enabled, set what the
  * transport needs to report a dead path in time (e.g. TCP_USER_TIMEOUT on TCP
- * connections), unless the user set it.
+ * connections) and to re-connect a lane without blocking (non-blocking TCP
+ * connect), unless the user set it.
  */
 void ucp_failover_iface_config(ucp_worker_h worker,
                                const struct ucp_tl_resource_desc *resource,
@@ -159,11 +162,29 @@ int ucp_failover_rndv_restart(ucp_request_t *req);
 int ucp_failover_flush_restart(ucp_request_t *req, ucs_callback_t flush_cb);
 
 
+/**
+ * Endpoint destruction hook: stop the endpoint's lane recovery attempts and
+ * release its recovery state.
+ */
+void ucp_failover_ep_destroy(ucp_ep_h ep);
+
+
+/**
+ * Transport error hook, before the lane that owns @a uct_ep is looked up:
+ * @a uct_ep may be a lane recovery attempt, which belongs to no lane yet.
+ *
+ * @return 1 if failover took the error (the attempt failed and is retried
+ *         later), 0 if @a uct_ep is not failover's.
+ */
+int ucp_failover_uct_ep_error(ucp_worker_h worker, uct_ep_h uct_ep,
+                              ucs_status_t status);
+
+
 /** Whether @a lane of the endpoint failed over (it holds a failed stub) */
 int ucp_failover_lane_is_failed(ucp_ep_h ep, ucp_lane_index_t lane);
 
 
-/** Name of the lane's state: "up" or "failed" */
+/** Name of the lane's state: "up", "failed" or "recovering" */
 const char *ucp_failover_lane_state_str(ucp_ep_h ep, ucp_lane_index_t lane);
 
 

@@ -44,8 +44,101 @@ void ucp_failover_replay(ucp_ep_h ep, ucs_queue_head_t *replay_q);
 void ucp_failover_reroute(ucp_request_t *req);
 
 
+/** Take the roles of the @a failed lanes out of a configuration key */
+void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
+                                   ucp_lane_map_t failed,
+                                   struct ucs_string_buffer *strb);
+
+
+/** Failover messages (active message id UCP_AM_ID_FAILOVER) */
+enum {
+    UCP_FAILOVER_MSG_LANE_DOWN   = 1, /* the lane failed */
+    UCP_FAILOVER_MSG_LANE_UP_REQ = 2, /* recovery: sent over the new lane */
+    UCP_FAILOVER_MSG_LANE_UP_ACK = 3, /* recovery: answer, over the new lane */
+    UCP_FAILOVER_MSG_LANE_UP     = 4, /* recovery: the sender uses the lane */
+    UCP_FAILOVER_MSG_CONNECT     = 5, /* recovery: the sender's new endpoint
+                                         address (point-to-point lanes) */
+    UCP_FAILOVER_MSG_CONNECT_ACK = 6  /* recovery: the answer's address */
+};
+
+
+/* The longest transport endpoint address a failover message carries */
+#define UCP_FAILOVER_MSG_ADDR_MAX 255
+
+
+/*
+ * A failover message, after an 8-byte header: the receiver's endpoint id when
+ * the sender knows it, else UCS_PTR_MAP_KEY_INVALID and the receiver finds its
+ * endpoint by the sender's worker UUID and the pair's connection number
+ * (worker-address endpoints learn the peer's id only later).
+ */
+typedef struct {
+    uint8_t          type;          /* UCP_FAILOVER_MSG_* */
+    ucp_lane_index_t sender_lane;   /* the lane, in the sender's numbering */
+    ucp_lane_index_t receiver_lane; /* in the receiver's, or UCP_NULL_LANE */
+    ucp_lane_index_t num_lanes;     /* the sender's number of lanes */
+    uint16_t         tl_name_csum;  /* checksum of the lane's transport name */
+    uint16_t         conn_sn;       /* the endpoint pair's connection number */
+    uint64_t         sender_uuid;   /* the sender worker's UUID */
+    uint32_t         token;         /* recovery messages: the attempt */
+    uint8_t          addr_len;      /* length of the address that follows */
+} UCS_S_PACKED ucp_failover_msg_t;
+
+
+/** Fill a failover message about @a lane */
+void ucp_failover_msg_init(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
+                           uint32_t token, ucp_failover_msg_t *msg);
+
+
+/** The header of a failover message to the peer of @a ep */
+uint64_t ucp_failover_msg_header(ucp_ep_h ep);
+
+
+/**
+ * Send a failover message about @a lane on the am lane (ordered, queued),
+ * followed by @a addr_len bytes of @a addr.
+ */
+void ucp_failover_wire_send(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
+                            uint32_t token, const void *addr,
+                            size_t addr_len);
+
+
 /** Tell the peer that @a lane failed (a LANE_DOWN message) */
 void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane);
+
+
+/**
+ * Recovery: remember how to reach the peer's interface of each lane (copies
+ * of the addresses wireup connected them to).
+ */
+void ucp_failover_recover_save(ucp_ep_h ep, const ucp_ep_config_key_t *key,
+                               const ucp_unpacked_address_t *remote_address,
+                               const unsigned *addr_indices);
+
+
+/**
+ * Recovery: @a lane is failing over now (before the endpoint changes its
+ * configuration): schedule its re-probes.
+ */
+void ucp_failover_recover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane);
+
+
+/**
+ * Recovery: a recovery message (LANE_UP_REQ, LANE_UP_ACK, LANE_UP, CONNECT,
+ * CONNECT_ACK) for @a lane, followed by msg->addr_len bytes of @a addr.
+ */
+void ucp_failover_recover_msg(ucp_ep_h ep, ucp_lane_index_t lane,
+                              const ucp_failover_msg_t *msg,
+                              const void *addr);
+
+
+/** Whether a recovery attempt of @a lane is in flight */
+int ucp_failover_recover_in_flight(ucp_ep_h ep, ucp_lane_index_t lane);
+
+
+/** Append the lane's re-probe and recovery counts, if any, to @a strb */
+void ucp_failover_recover_lane_info(ucp_ep_h ep, ucp_lane_index_t lane,
+                                    struct ucs_string_buffer *strb);
 
 
 /**
@@ -106,6 +199,9 @@ void ucp_failover_link_watch_stop(ucp_failover_link_watch_t *watch);
 
 KHASH_SET_INIT_INT64(ucp_failover_rail_set);
 
+struct ucp_failover_rec_lane;
+KHASH_MAP_INIT_INT64(ucp_failover_attempt_map, struct ucp_failover_rec_lane*);
+
 
 /** The worker's rail monitor */
 typedef struct ucp_failover_worker {
@@ -127,6 +223,22 @@ typedef struct ucp_failover_worker {
     khash_t(ucp_failover_rail_set) verify_rails;
     /* Walking the worker's endpoints: what may destroy one is deferred */
     int                       walking;
+    /* Resources that had a link-up or port-active event (atomic) */
+    volatile uint8_t          rsc_up[UCP_MAX_RESOURCES];
+    /* Recovery: attempts in flight, by their transport endpoint */
+    khash_t(ucp_failover_attempt_map) attempts;
+    /* Rails with an attempt in flight (rebuilt every round) */
+    khash_t(ucp_failover_rail_set) busy_rails;
+    /* Rails a lane just came back on: their lanes try at once */
+    khash_t(ucp_failover_rail_set) healed_rails;
+    /* Resources with a link-up event not acted on yet */
+    uint8_t                   up_events[UCP_MAX_RESOURCES];
+    uint32_t                  token_seq;       /* last attempt token */
+    uint64_t                  attempts_started;
+    uint64_t                  recoveries;
+    ucs_time_t                log_window;      /* recovery log rate limit */
+    unsigned                  log_count;
+    unsigned                  log_suppressed;
 } ucp_failover_worker_t;
 
 
@@ -136,6 +248,25 @@ ucs_status_t ucp_failover_probe_start(ucp_failover_worker_t *fw);
 
 /** Stop them; no probe round runs after it returns */
 void ucp_failover_probe_stop(ucp_failover_worker_t *fw);
+
+
+/** A rail to a peer, as a hash key: a local resource and the peer's UUID */
+uint64_t ucp_failover_rail_key(ucp_rsc_index_t rsc_index, uint64_t peer_uuid);
+
+
+/** Queue a probe round (which also runs lane recovery) */
+void ucp_failover_probe_schedule(ucp_failover_worker_t *fw);
+
+
+/** Recovery state of the worker: set up and released with the monitor */
+void ucp_failover_recover_init(ucp_failover_worker_t *fw);
+void ucp_failover_recover_cleanup(ucp_failover_worker_t *fw);
+
+
+/** Recovery, in each probe round: before, for every endpoint, and after */
+void ucp_failover_recover_round_begin(ucp_failover_worker_t *fw);
+void ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep);
+void ucp_failover_recover_round_end(ucp_failover_worker_t *fw);
 
 
 /**

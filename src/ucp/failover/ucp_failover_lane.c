@@ -31,10 +31,6 @@ ucp_failover_ep_t *ucp_failover_ep(ucp_ep_h ep)
     return &ucp_ep_ext_control(ep)->failover;
 }
 
-static void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
-                                          ucp_lane_map_t failed,
-                                          ucs_string_buffer_t *strb);
-
 /*
  * Multi-fragment eager/AM data (and rendezvous data sent as AM fragments)
  * is striped over the am_bw lanes. Over TCP a fragment "completes" when it
@@ -98,6 +94,7 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
     fo->flags    |= UCP_FAILOVER_EP_FLAG_NEGOTIATED;
     fo->peer_uuid = remote_address->uuid;
     ucp_failover_key_pin_am_bw(key);
+    ucp_failover_recover_save(ep, key, remote_address, addr_indices);
     ucs_debug("ep %p: multi-rail failover negotiated with the peer", ep);
 }
 
@@ -124,7 +121,8 @@ int ucp_failover_lane_is_failed(ucp_ep_h ep, ucp_lane_index_t lane)
 const char *ucp_failover_lane_state_str(ucp_ep_h ep, ucp_lane_index_t lane)
 {
     if (ucp_failover_lane_is_failed(ep, lane)) {
-        return "failed";
+        return ucp_failover_recover_in_flight(ep, lane) ? "recovering" :
+                                                          "failed";
     }
 
     return "up";
@@ -136,6 +134,7 @@ void ucp_failover_ep_lane_info_str(ucp_ep_h ep, ucp_lane_index_t lane,
     if (ucp_failover_is_enabled(ep->worker->context)) {
         ucs_string_buffer_appendf(strb, " state:%s",
                                   ucp_failover_lane_state_str(ep, lane));
+        ucp_failover_recover_lane_info(ep, lane, strb);
     }
 }
 
@@ -148,10 +147,12 @@ void ucp_failover_ep_print(ucp_ep_h ep, FILE *stream)
     }
 
     fprintf(stream, "#                 multi-rail failover: %s, %u lane "
-            "failover(s), failed lanes 0x%x, %u request(s) re-driven\n",
+            "failover(s), %u lane recovery(ies), failed lanes 0x%x, %u "
+            "request(s) re-driven\n",
             (fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) ?
             "negotiated" : "not negotiated (peer without failover)",
-            fo->num_failovers, fo->failed_lanes, fo->num_redriven);
+            fo->num_failovers, fo->num_recoveries, fo->failed_lanes,
+            fo->num_redriven);
 }
 
 /*
@@ -213,9 +214,9 @@ static void ucp_failover_replace_lane(ucp_lane_index_t *lane_p,
 }
 
 /* Take the failed lanes' roles out of an endpoint configuration key */
-static void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
-                                          ucp_lane_map_t failed,
-                                          ucs_string_buffer_t *strb)
+void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
+                                   ucp_lane_map_t failed,
+                                   ucs_string_buffer_t *strb)
 {
     ucs_assert(!(failed & UCS_BIT(key->am_lane)));
     ucp_failover_replace_lanes(key->am_bw_lanes, failed, strb, "am_bw");
@@ -282,6 +283,7 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
         return cfg_status;
     }
 
+    ucp_failover_recover_lane_down(ep, lane);
     fo->failed_lanes |= UCS_BIT(lane);
     fo->num_restarts  = 0;
     ++fo->num_failovers;

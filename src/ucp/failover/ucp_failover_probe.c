@@ -13,7 +13,8 @@
  * worker's transport error handler, as any lane error does. Probes go to one
  * lane per rail to a peer, not to every endpoint's: the cost grows with
  * rails, not endpoints; when a lane fails, the other endpoints' lanes on
- * that rail to that peer are probed at once.
+ * that rail to that peer are probed at once. Each round also runs lane
+ * recovery (ucp_failover_recover.c): re-probes of failed lanes that are due.
  */
 
 #ifdef HAVE_CONFIG_H
@@ -36,9 +37,7 @@
 static unsigned ucp_failover_probe_progress(void *arg);
 
 
-/* A rail to a peer: a local resource and the peer worker's UUID */
-static uint64_t ucp_failover_probe_rail_key(ucp_rsc_index_t rsc_index,
-                                            uint64_t peer_uuid)
+uint64_t ucp_failover_rail_key(ucp_rsc_index_t rsc_index, uint64_t peer_uuid)
 {
     return peer_uuid ^ ((rsc_index + 1) * 0x9e3779b97f4a7c15ull);
 }
@@ -80,7 +79,7 @@ static void ucp_failover_probe_lane(ucp_failover_worker_t *fw, ucp_ep_h ep,
     }
 }
 
-static void ucp_failover_probe_schedule(ucp_failover_worker_t *fw)
+void ucp_failover_probe_schedule(ucp_failover_worker_t *fw)
 {
     if (fw->probe_scheduled) {
         return;
@@ -114,8 +113,10 @@ static unsigned ucp_failover_probe_progress(void *arg)
     fw->walking         = 1;
     ++fw->probe_rounds;
     kh_clear(ucp_failover_rail_set, &fw->probed_rails);
+    ucp_failover_recover_round_begin(fw);
     ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
         ep = ucp_ep_from_ext_gen(ep_ext);
+        ucp_failover_recover_ep(fw, ep);
         for (lane = 0; ucp_failover_probe_ep_ok(ep) &&
                        (lane < ucp_ep_num_lanes(ep));
              ++lane) {
@@ -124,7 +125,7 @@ static unsigned ucp_failover_probe_progress(void *arg)
             }
 
             rsc_index = ucp_ep_get_rsc_index(ep, lane);
-            key       = ucp_failover_probe_rail_key(
+            key       = ucp_failover_rail_key(
                     rsc_index, ucp_failover_ep(ep)->peer_uuid);
             if (kh_get(ucp_failover_rail_set, &fw->verify_rails, key) !=
                 kh_end(&fw->verify_rails)) {
@@ -139,6 +140,7 @@ static unsigned ucp_failover_probe_progress(void *arg)
         }
     }
     kh_clear(ucp_failover_rail_set, &fw->verify_rails);
+    ucp_failover_recover_round_end(fw);
     fw->walking = 0;
     UCS_ASYNC_UNBLOCK(&worker->async);
     return 0;
@@ -158,7 +160,7 @@ void ucp_failover_probe_rail(ucp_ep_h failed_ep, ucp_rsc_index_t rsc_index)
      * worker's endpoints, or inside a transport's error handler */
     UCS_ASYNC_BLOCK(&worker->async);
     kh_put(ucp_failover_rail_set, &fw->verify_rails,
-           ucp_failover_probe_rail_key(rsc_index,
+           ucp_failover_rail_key(rsc_index,
                                        ucp_failover_ep(failed_ep)->peer_uuid),
            &ret);
     ucp_failover_probe_schedule(fw);

@@ -5,8 +5,9 @@
  *
  * Peer agreement: the side that detects a lane failure tells the other side
  * with a LANE_DOWN message on a surviving lane (active message id
- * UCP_AM_ID_FAILOVER), and the other side fails over the same lane. It is
- * only ever sent to a peer that advertised failover at wireup.
+ * UCP_AM_ID_FAILOVER), and the other side fails over the same lane. The same
+ * message id carries the recovery handshake (ucp_failover_recover.c). Failover
+ * messages are only ever sent to a peer that advertised failover at wireup.
  */
 
 #ifdef HAVE_CONFIG_H
@@ -24,33 +25,12 @@
 #include <ucs/debug/log.h>
 
 
-enum {
-    UCP_FAILOVER_MSG_LANE_DOWN = 1
-};
-
-
-/*
- * LANE_DOWN. The AM short header is the receiver's endpoint id when the
- * sender knows it; else it is UCS_PTR_MAP_KEY_INVALID and the receiver finds
- * its endpoint by the sender's worker UUID and the pair's connection number
- * (worker-address endpoints learn the peer's id only later).
- */
-typedef struct {
-    uint8_t          type;          /* UCP_FAILOVER_MSG_* */
-    ucp_lane_index_t sender_lane;   /* the lane, in the sender's numbering */
-    ucp_lane_index_t receiver_lane; /* in the receiver's, or UCP_NULL_LANE */
-    ucp_lane_index_t num_lanes;     /* the sender's number of lanes */
-    uint16_t         tl_name_csum;  /* checksum of the lane's transport name */
-    uint16_t         conn_sn;       /* the endpoint pair's connection number */
-    uint64_t         sender_uuid;   /* the sender worker's UUID */
-} UCS_S_PACKED ucp_failover_msg_t;
-
-
-/* A LANE_DOWN handled on the progress thread */
+/* A failover message handled on the progress thread */
 typedef struct {
     ucp_worker_h       worker;
     uint64_t           ep_id;
     ucp_failover_msg_t msg;
+    uint8_t            addr[]; /* msg.addr_len bytes */
 } ucp_failover_msg_work_t;
 
 
@@ -60,6 +40,29 @@ static uint16_t ucp_failover_lane_tl_csum(ucp_ep_h ep, ucp_lane_index_t lane)
 
     return (rsc_index == UCP_NULL_RESOURCE) ? 0 :
            ep->worker->context->tl_rscs[rsc_index].tl_name_csum;
+}
+
+uint64_t ucp_failover_msg_header(ucp_ep_h ep)
+{
+    return (ep->flags & UCP_EP_FLAG_REMOTE_ID) ? ucp_ep_remote_id(ep) :
+                                                 UCS_PTR_MAP_KEY_INVALID;
+}
+
+void ucp_failover_msg_init(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
+                           uint32_t token, ucp_failover_msg_t *msg)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+
+    msg->type          = type;
+    msg->sender_lane   = lane;
+    msg->receiver_lane = (fo->peer_lane_valid & UCS_BIT(lane)) ?
+                         fo->peer_lane[lane] : UCP_NULL_LANE;
+    msg->num_lanes     = ucp_ep_num_lanes(ep);
+    msg->tl_name_csum  = ucp_failover_lane_tl_csum(ep, lane);
+    msg->conn_sn       = ep->conn_sn;
+    msg->sender_uuid   = ep->worker->uuid;
+    msg->token         = token;
+    msg->addr_len      = 0;
 }
 
 static ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
@@ -73,18 +76,16 @@ static ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
     msg            = req->send.buffer;
     status         = uct_ep_am_short(ucp_ep_get_am_uct_ep(ep),
                                      UCP_AM_ID_FAILOVER,
-                                     (ep->flags & UCP_EP_FLAG_REMOTE_ID) ?
-                                     ucp_ep_remote_id(ep) :
-                                     UCS_PTR_MAP_KEY_INVALID,
-                                     msg, sizeof(*msg));
+                                     ucp_failover_msg_header(ep), msg,
+                                     sizeof(*msg) + msg->addr_len);
     if (status == UCS_ERR_NO_RESOURCE) {
         return UCS_ERR_NO_RESOURCE;
     }
 
     if (status != UCS_OK) {
         /* the peer finds out from its own side of the lane */
-        ucs_diag("ep %p: failed to send LANE_DOWN(lane %d): %s", ep,
-                 msg->sender_lane, ucs_status_string(status));
+        ucs_diag("ep %p: failed to send failover message %d (lane %d): %s",
+                 ep, msg->type, msg->sender_lane, ucs_status_string(status));
     }
 
     ucs_free(msg);
@@ -92,16 +93,18 @@ static ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
     return UCS_OK;
 }
 
-void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
+void ucp_failover_wire_send(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
+                            uint32_t token, const void *addr, size_t addr_len)
 {
-    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
     ucp_failover_msg_t *msg;
     ucp_request_t *req;
 
-    msg = ucs_malloc(sizeof(*msg), "failover_msg");
+    ucs_assert(addr_len <= UCP_FAILOVER_MSG_ADDR_MAX);
+    msg = ucs_malloc(sizeof(*msg) + addr_len, "failover_msg");
     req = ucp_request_get(ep->worker);
     if ((msg == NULL) || (req == NULL)) {
-        ucs_error("ep %p: no memory to send LANE_DOWN(lane %d)", ep, lane);
+        ucs_error("ep %p: no memory to send failover message %d (lane %d)",
+                  ep, type, lane);
         ucs_free(msg);
         if (req != NULL) {
             ucp_request_put(req);
@@ -109,23 +112,22 @@ void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
         return;
     }
 
-    msg->type          = UCP_FAILOVER_MSG_LANE_DOWN;
-    msg->sender_lane   = lane;
-    msg->receiver_lane = (fo->peer_lane_valid & UCS_BIT(lane)) ?
-                         fo->peer_lane[lane] : UCP_NULL_LANE;
-    msg->num_lanes     = ucp_ep_num_lanes(ep);
-    msg->tl_name_csum  = ucp_failover_lane_tl_csum(ep, lane);
-    msg->conn_sn       = ep->conn_sn;
-    msg->sender_uuid   = ep->worker->uuid;
-
+    ucp_failover_msg_init(ep, lane, type, token, msg);
+    msg->addr_len = addr_len;
+    memcpy(msg + 1, addr, addr_len);
     req->flags             = 0;
     req->send.ep           = ep;
     req->send.buffer       = msg;
     req->send.uct.func     = ucp_failover_msg_progress;
     req->send.pending_lane = UCP_NULL_LANE;
-    ucs_debug("ep %p: sending LANE_DOWN(lane %d, peer lane %d)", ep, lane,
-              msg->receiver_lane);
+    ucs_debug("ep %p: sending failover message %d (lane %d, peer lane %d)",
+              ep, type, lane, msg->receiver_lane);
     ucp_request_send(req);
+}
+
+void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    ucp_failover_wire_send(ep, lane, UCP_FAILOVER_MSG_LANE_DOWN, 0, NULL, 0);
 }
 
 /*
@@ -199,7 +201,8 @@ static unsigned ucp_failover_msg_handle(void *arg)
     UCS_ASYNC_BLOCK(&worker->async);
     ep = ucp_failover_msg_ep(worker, work->ep_id, &work->msg);
     if (ep == NULL) {
-        ucs_diag("worker %p: LANE_DOWN for an unknown endpoint", worker);
+        ucs_diag("worker %p: failover message %d for an unknown endpoint",
+                 worker, work->msg.type);
         goto out;
     }
 
@@ -209,8 +212,10 @@ static unsigned ucp_failover_msg_handle(void *arg)
 
     lane = ucp_failover_msg_lane(ep, &work->msg);
     if (lane == UCP_NULL_LANE) {
-        ucs_diag("ep %p: LANE_DOWN for peer lane %d names no lane of ours",
-                 ep, work->msg.sender_lane);
+        ucs_diag("ep %p: failover message %d for peer lane %d names no lane "
+                 "of ours", ep, work->msg.type, work->msg.sender_lane);
+    } else if (work->msg.type != UCP_FAILOVER_MSG_LANE_DOWN) {
+        ucp_failover_recover_msg(ep, lane, &work->msg, work->addr);
     } else if (ucp_failover_lane_is_failed(ep, lane)) {
         ucs_debug("ep %p: LANE_DOWN for lane[%d], which already failed", ep,
                   lane);
@@ -230,32 +235,38 @@ out:
 static ucs_status_t
 ucp_failover_msg_handler(void *arg, void *data, size_t length, unsigned flags)
 {
-    ucp_worker_h worker            = arg;
-    uct_worker_cb_id_t prog_id     = UCS_CALLBACKQ_ID_NULL;
+    ucp_worker_h worker        = arg;
+    uct_worker_cb_id_t prog_id = UCS_CALLBACKQ_ID_NULL;
     ucp_failover_msg_work_t *work;
+    ucp_failover_msg_t msg;
 
-    if (length != (sizeof(uint64_t) + sizeof(ucp_failover_msg_t))) {
+    if (length < (sizeof(uint64_t) + sizeof(msg))) {
         ucs_diag("worker %p: ignoring failover message of %zu bytes", worker,
                  length);
         return UCS_OK;
     }
 
-    work = ucs_malloc(sizeof(*work), "failover_msg_work");
+    memcpy(&msg, UCS_PTR_BYTE_OFFSET(data, sizeof(uint64_t)), sizeof(msg));
+    if ((msg.type < UCP_FAILOVER_MSG_LANE_DOWN) ||
+        (msg.type > UCP_FAILOVER_MSG_CONNECT_ACK) ||
+        (length != (sizeof(uint64_t) + sizeof(msg) + msg.addr_len))) {
+        ucs_diag("worker %p: ignoring failover message of type %d, %zu bytes",
+                 worker, msg.type, length);
+        return UCS_OK;
+    }
+
+    work = ucs_malloc(sizeof(*work) + msg.addr_len, "failover_msg_work");
     if (work == NULL) {
         ucs_error("worker %p: no memory for a failover message", worker);
         return UCS_OK;
     }
 
     work->worker = worker;
+    work->msg    = msg;
     memcpy(&work->ep_id, data, sizeof(work->ep_id));
-    memcpy(&work->msg, UCS_PTR_BYTE_OFFSET(data, sizeof(uint64_t)),
-           sizeof(work->msg));
-    if (work->msg.type != UCP_FAILOVER_MSG_LANE_DOWN) {
-        ucs_diag("worker %p: ignoring failover message of type %d", worker,
-                 work->msg.type);
-        ucs_free(work);
-        return UCS_OK;
-    }
+    memcpy(work->addr,
+           UCS_PTR_BYTE_OFFSET(data, sizeof(uint64_t) + sizeof(msg)),
+           msg.addr_len);
 
     /* the lane switch runs on the progress thread, outside UCT callbacks */
     uct_worker_progress_register_safe(worker->uct, ucp_failover_msg_handle,
@@ -272,8 +283,9 @@ static void ucp_failover_msg_dump(ucp_worker_h worker, uct_am_trace_type_t type,
     const ucp_failover_msg_t *msg = UCS_PTR_BYTE_OFFSET(data,
                                                         sizeof(uint64_t));
 
-    snprintf(buffer, max, "FAILOVER type %d sender_lane %d receiver_lane %d",
-             msg->type, msg->sender_lane, msg->receiver_lane);
+    snprintf(buffer, max, "FAILOVER type %d sender_lane %d receiver_lane %d "
+             "token %u", msg->type, msg->sender_lane, msg->receiver_lane,
+             msg->token);
 }
 
 UCP_DEFINE_AM(UINT64_MAX, UCP_AM_ID_FAILOVER, ucp_failover_msg_handler,

@@ -7,7 +7,9 @@
  * to lanes. A device event (link watcher, IB port event, a test) is recorded
  * from whatever context it arrives in, and handled on the progress thread:
  * every lane of every endpoint of the worker on that device fails over at
- * once. Lane liveness probes (ucp_failover_probe.c) hang off it as well.
+ * once; a device that comes back has its failed lanes re-probed at once.
+ * Lane liveness probes (ucp_failover_probe.c) and lane recovery
+ * (ucp_failover_recover.c) hang off it as well.
  */
 
 #ifdef HAVE_CONFIG_H
@@ -107,7 +109,13 @@ static void ucp_failover_worker_record(ucp_failover_worker_t *fw,
                                        ucp_rsc_index_t rsc_index,
                                        ucp_failover_link_event_t event)
 {
-    ucs_atomic_swap8(&fw->rsc_event[rsc_index], event);
+    if (ucp_failover_link_event_is_down(event)) {
+        ucs_atomic_swap8(&fw->rsc_event[rsc_index], event);
+    } else {
+        /* kept apart: a down event followed by an up event is both */
+        ucs_atomic_swap8(&fw->rsc_up[rsc_index], 1);
+    }
+
     if (ucs_atomic_cswap32(&fw->event_scheduled, 0, 1) != 0) {
         return; /* a handler is queued and has not read the events yet */
     }
@@ -154,7 +162,9 @@ void ucp_failover_worker_device_event(ucp_worker_h worker,
             ucs_debug("worker %p: %s on %s (%s/%s)", worker,
                       ucp_failover_link_event_str(event), dev_name,
                       tl_rsc->tl_name, tl_rsc->dev_name);
-            if (ucp_failover_link_event_is_down(event)) {
+            if (ucp_failover_link_event_is_down(event) ||
+                (event == UCP_FAILOVER_LINK_UP) ||
+                (event == UCP_FAILOVER_LINK_PORT_ACTIVE)) {
                 ucp_failover_worker_record(fw, rsc_index, event);
             }
         }
@@ -263,8 +273,10 @@ static unsigned ucp_failover_worker_event_progress(void *arg)
     ucp_failover_worker_t *fw = arg;
     ucp_worker_h worker       = fw->worker;
     uint8_t events[UCP_MAX_RESOURCES];
+    uint8_t ups[UCP_MAX_RESOURCES];
     ucp_ep_ext_gen_t *ep_ext, *tmp;
     ucp_rsc_index_t rsc_index;
+    int any_up = 0;
 
     /* Allow the next event to queue a handler before reading this one's:
      * an event recorded from now on is handled, here or next time */
@@ -272,9 +284,23 @@ static unsigned ucp_failover_worker_event_progress(void *arg)
     for (rsc_index = 0; rsc_index < UCP_MAX_RESOURCES; ++rsc_index) {
         events[rsc_index] = ucs_atomic_swap8(&fw->rsc_event[rsc_index],
                                              UCP_FAILOVER_LINK_NONE);
+        ups[rsc_index]    = ucs_atomic_swap8(&fw->rsc_up[rsc_index], 0);
     }
 
     UCS_ASYNC_BLOCK(&worker->async);
+
+    /* A device came back: the next probe round re-probes its failed lanes
+     * at once (ucp_failover_recover.c) */
+    for (rsc_index = 0; rsc_index < UCP_MAX_RESOURCES; ++rsc_index) {
+        if (ups[rsc_index]) {
+            fw->up_events[rsc_index] = 1;
+            any_up                   = 1;
+        }
+    }
+
+    if (any_up) {
+        ucp_failover_probe_schedule(fw);
+    }
 
     fw->walking = 1;
     ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
@@ -306,6 +332,7 @@ void ucp_failover_worker_init(ucp_worker_h worker)
 
     fw->worker         = worker;
     fw->probe_timer_id = -1;
+    ucp_failover_recover_init(fw);
     for (rsc_index = 0; rsc_index < context->num_tls; ++rsc_index) {
         ucp_failover_rsc_netdev(&context->tl_rscs[rsc_index].tl_rsc,
                                 fw->netdev[rsc_index], IFNAMSIZ);
@@ -368,6 +395,7 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker)
     /* A handler scheduled but not run yet must not see freed memory */
     ucs_callbackq_remove_if(&worker->uct->progress_q,
                             ucp_failover_worker_cb_filter, fw);
+    ucp_failover_recover_cleanup(fw);
     worker->failover = NULL;
     ucs_free(fw);
 }
@@ -382,8 +410,24 @@ void ucp_failover_iface_config(ucp_worker_h worker,
     ucs_status_t status;
 
     if (!ucp_failover_is_enabled(context) ||
-        strcmp(resource->tl_rsc.tl_name, "tcp") ||
-        (getenv(UCS_DEFAULT_ENV_PREFIX "TCP_USER_TIMEOUT") != NULL)) {
+        strcmp(resource->tl_rsc.tl_name, "tcp")) {
+        return;
+    }
+
+    /* A lane is re-connected while the application runs, possibly over a
+     * rail that still drops everything: a blocking connect() would stop the
+     * whole process until the SYN times out (and the peer, whose data then
+     * sits unread, could time its connections out) */
+    if (getenv(UCS_DEFAULT_ENV_PREFIX "TCP_CONN_NB") == NULL) {
+        status = uct_config_modify(iface_config, "CONN_NB", "y");
+        if (status != UCS_OK) {
+            ucs_diag("cannot set non-blocking connect on %s/%s: %s",
+                     resource->tl_rsc.tl_name, resource->tl_rsc.dev_name,
+                     ucs_status_string(status));
+        }
+    }
+
+    if (getenv(UCS_DEFAULT_ENV_PREFIX "TCP_USER_TIMEOUT") != NULL) {
         return;
     }
 
