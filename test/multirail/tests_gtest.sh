@@ -50,7 +50,8 @@ mr_gtest_devorder() {
     if [ -n "${MR_FILTER:-}" ] &&
        ! [[ gtest_tcp_device_order == $MR_FILTER ]] &&
        ! [[ gtest_lane_failover == $MR_FILTER ]] &&
-       ! [[ gtest_lane_detect == $MR_FILTER ]]; then
+       ! [[ gtest_lane_detect == $MR_FILTER ]] &&
+       ! [[ gtest_lane_recover == $MR_FILTER ]]; then
         return 0
     fi
     ip netns del "$ns" 2>/dev/null || true
@@ -74,6 +75,8 @@ mr_gtest_devorder() {
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_detect 'tcp/test_ucp_multirail_detect*' "$ns"
+    UCX_NET_DEVICES=d0x,d1x \
+        mr_gtest lane_recover 'tcp/test_ucp_multirail_recover*' "$ns"
     ip netns del "$ns"
 }
 

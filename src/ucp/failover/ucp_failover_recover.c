@@ -60,52 +60,6 @@
 #define UCP_FAILOVER_RECOVER_LOG_RATE    16
 
 
-enum {
-    UCP_FAILOVER_ATTEMPT_SEND_REQ = UCS_BIT(0), /* a LANE_UP_REQ is due */
-    UCP_FAILOVER_ATTEMPT_SEND_ACK = UCS_BIT(1), /* a LANE_UP_ACK is due */
-    UCP_FAILOVER_ATTEMPT_QUEUED   = UCS_BIT(2), /* on the uct_ep's pending
-                                                   queue */
-    UCP_FAILOVER_ATTEMPT_FAILED   = UCS_BIT(3), /* the connection failed */
-    UCP_FAILOVER_ATTEMPT_AWAIT    = UCS_BIT(4)  /* waits for CONNECT_ACK */
-};
-
-
-/* Recovery state of one lane */
-typedef struct ucp_failover_rec_lane {
-    uct_pending_req_t uct;            /* sends what the attempt owes */
-    ucp_ep_h          ep;
-    ucp_lane_index_t  lane;
-    uint8_t           flags;          /* UCP_FAILOVER_ATTEMPT_* */
-    uint8_t           dev_addr_len;
-    uint8_t           iface_addr_len;
-    uint8_t           p2p;            /* connects to a peer endpoint */
-    unsigned          path_index;
-    void              *addr;          /* the peer's device, then interface
-                                         address; NULL: cannot reconnect */
-    uct_ep_h          uct_ep;         /* the attempt in flight, or NULL */
-    uint32_t          token;          /* of our LANE_UP_REQ */
-    uint32_t          ack_token;      /* of the peer's, to answer */
-    ucs_time_t        deadline;       /* of the attempt in flight */
-    ucs_time_t        next_attempt;
-    ucs_time_t        failed_at;
-    ucs_time_t        restored_at;    /* 0: never */
-    double            delay;          /* current re-probe delay, seconds */
-    unsigned          flaps;          /* failures soon after recoveries */
-    uint32_t          attempts;       /* since the lane failed */
-    uint32_t          total_attempts;
-    uint32_t          recoveries;
-    int               gave_up;
-} ucp_failover_rec_lane_t;
-
-
-typedef struct ucp_failover_rec {
-    /* The configuration before any lane failed: recovered lanes take their
-     * roles back from it */
-    ucp_worker_cfg_index_t  orig_cfg_index;
-    ucp_failover_rec_lane_t lanes[UCP_MAX_LANES];
-} ucp_failover_rec_t;
-
-
 #define ucp_failover_recover_log(_fw, _fmt, ...) \
     do { \
         if (ucp_failover_recover_log_allowed(_fw)) { \

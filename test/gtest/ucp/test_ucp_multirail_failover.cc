@@ -266,6 +266,7 @@ UCS_TEST_F(test_uct_tcp_device_order, sorted_by_name) {
 
 extern "C" {
 #include <ucp/core/ucp_ep.inl>
+#include <ucp/core/ucp_worker.inl>
 #include <ucp/failover/ucp_failover_int.h>
 #include <ucs/sys/dev_event.h>
 #include <uct/base/uct_iface.h>
@@ -300,6 +301,13 @@ public:
         modify_config("MULTIRAIL_FAILOVER", "y", SETENV_IF_NOT_EXIST);
         modify_config("MAX_EAGER_RAILS", "2");
         modify_config("MAX_RNDV_RAILS", "2");
+        /* the rails are healthy in-process: a failed lane would be back
+         * after the first re-probe; these tests look at failed lanes, the
+         * recovery tests set short intervals */
+        modify_config("MULTIRAIL_REPROBE_INTERVAL", "1000s",
+                      SETENV_IF_NOT_EXIST);
+        modify_config("MULTIRAIL_REPROBE_MAX_INTERVAL", "1000s",
+                      SETENV_IF_NOT_EXIST);
     }
 
     void init()
@@ -855,3 +863,249 @@ UCS_TEST_P(test_ucp_multirail_detect_user_tmo, user_value_kept)
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect_user_tmo, tcp, "tcp")
+
+
+/*
+ * Recovery: a failed lane is re-probed and comes back, in-process (the rails
+ * are healthy, so a re-probe succeeds unless a test makes it fail).
+ */
+class test_ucp_multirail_recover : public test_ucp_multirail_detect {
+public:
+    test_ucp_multirail_recover()
+    {
+        modify_config("MULTIRAIL_REPROBE_INTERVAL", "50ms");
+        modify_config("MULTIRAIL_REPROBE_MAX_INTERVAL", "400ms");
+    }
+
+    void cleanup()
+    {
+        restore_ep_create();
+        test_ucp_multirail_detect::cleanup();
+    }
+
+protected:
+    static ucp_failover_rec_lane_t *rec_lane(ucp_ep_h ep, ucp_lane_index_t lane)
+    {
+        ucp_failover_rec_t *rec = ucp_ep_ext_control(ep)->failover.rec;
+
+        return (rec == NULL) ? NULL : &rec->lanes[lane];
+    }
+
+    static ucp_failover_worker_t *monitor(entity &e)
+    {
+        return e.worker()->failover;
+    }
+
+    void progress_until_up(ucp_ep_h ep, double sec = 10.0)
+    {
+        ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(sec);
+
+        while ((num_failed(ep) != 0) && (ucs_get_time() < deadline)) {
+            progress();
+        }
+        EXPECT_EQ(0u, num_failed(ep));
+    }
+
+    /* fail the sender's data lane; both sides fail it over */
+    ucp_lane_index_t fail_data_lane()
+    {
+        ucp_lane_index_t lane = data_lane(sender().ep());
+
+        fail_lane(sender(), lane);
+        EXPECT_EQ(1u, num_failed(sender().ep()));
+        wait_peer_failed(receiver(), 1);
+        return lane;
+    }
+
+    /* both sides have every lane up, working, and traffic flows */
+    void expect_recovered(ucp_lane_index_t lane, unsigned recoveries)
+    {
+        progress_until_up(sender().ep());
+        progress_until_up(receiver().ep());
+        EXPECT_FALSE(ucp_is_uct_ep_failed(sender().ep()->uct_eps[lane]));
+        EXPECT_EQ(recoveries,
+                  ucp_ep_ext_control(sender().ep())->failover.num_recoveries);
+        EXPECT_EQ(recoveries,
+                  ucp_ep_ext_control(receiver().ep())->failover.num_recoveries);
+        exchange(1 << 20, 2);
+        exchange(100, 4);
+        send_recv_ep(1, 1 << 20, 7);
+        EXPECT_EQ(0u, m_err_count);
+        /* no attempt is left behind */
+        progress_for(0.05);
+        EXPECT_EQ(0u, kh_size(&monitor(sender())->attempts));
+        EXPECT_EQ(0u, kh_size(&monitor(receiver())->attempts));
+    }
+
+    /* make every new transport endpoint on @a iface fail to connect */
+    void break_ep_create(uct_iface_h iface)
+    {
+        m_broken.push_back(std::make_pair(iface, iface->ops.ep_create));
+        iface->ops.ep_create = ep_create_fails;
+    }
+
+    void restore_ep_create()
+    {
+        for (auto &b : m_broken) {
+            b.first->ops.ep_create = b.second;
+        }
+        m_broken.clear();
+    }
+
+    uct_iface_h lane_iface(entity &e, ucp_lane_index_t lane)
+    {
+        return ucp_worker_iface(e.worker(),
+                                ucp_ep_get_rsc_index(e.ep(), lane))->iface;
+    }
+
+    static ucs_status_t ep_create_fails(const uct_ep_params_t *params,
+                                        uct_ep_h *ep_p)
+    {
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    std::vector<std::pair<uct_iface_h, uct_ep_create_func_t>> m_broken;
+};
+
+UCS_TEST_P(test_ucp_multirail_recover, lane_comes_back)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = fail_data_lane();
+
+    expect_recovered(lane, 1);
+    std::string info = ep_info(sender());
+    EXPECT_NE(std::string::npos, info.find("recovered:1")) << info;
+    EXPECT_EQ(std::string::npos, info.find("state:failed")) << info;
+    EXPECT_NE(std::string::npos, info.find("1 lane recovery(ies)")) << info;
+}
+
+/* Re-probes fail while the rail is "down", then one succeeds */
+UCS_TEST_P(test_ucp_multirail_recover, fails_then_succeeds)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+
+    break_ep_create(lane_iface(sender(), lane));
+    break_ep_create(lane_iface(receiver(), data_lane(receiver().ep())));
+    fail_data_lane();
+    progress_for(0.6);
+    EXPECT_EQ(1u, num_failed(sender().ep()));
+    EXPECT_EQ(1u, num_failed(receiver().ep()));
+    ucp_failover_rec_lane_t *rl = rec_lane(sender().ep(), lane);
+    ASSERT_TRUE(rl != NULL);
+    EXPECT_GE(rl->attempts, 2u);
+    EXPECT_EQ(0u, kh_size(&monitor(sender())->attempts));
+
+    restore_ep_create();
+    expect_recovered(lane, 1);
+}
+
+/* Only the peer re-probes: this side answers its request */
+UCS_TEST_P(test_ucp_multirail_recover, peer_initiated)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = fail_data_lane();
+    ucp_failover_rec_lane_t *rl = rec_lane(sender().ep(), lane);
+
+    ASSERT_TRUE(rl != NULL);
+    rl->next_attempt = ucs_get_time() + ucs_time_from_sec(1000.0);
+    expect_recovered(lane, 1);
+    /* the one endpoint the sender created answered the peer */
+    EXPECT_EQ(1u, rl->total_attempts);
+}
+
+/* Both sides re-probe at the same time: each lane comes back once */
+UCS_TEST_P(test_ucp_multirail_recover, both_sides_at_once)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane  = fail_data_lane();
+    ucp_lane_index_t rlane = data_lane(receiver().ep());
+    ucs_time_t now         = ucs_get_time();
+
+    rec_lane(sender().ep(), lane)->next_attempt   = now;
+    rec_lane(receiver().ep(), rlane)->next_attempt = now;
+    ucp_failover_probe_schedule(monitor(sender()));
+    ucp_failover_probe_schedule(monitor(receiver()));
+    expect_recovered(lane, 1);
+}
+
+/* A link-up event re-probes at once, whatever the schedule */
+UCS_TEST_P(test_ucp_multirail_recover, link_up_reprobes_at_once,
+           "MULTIRAIL_REPROBE_INTERVAL=1000s",
+           "MULTIRAIL_REPROBE_MAX_INTERVAL=1000s")
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = fail_data_lane();
+    std::string dev       = lane_rsc(sender().ep(), lane).dev_name;
+
+    progress_for(0.2);
+    EXPECT_EQ(1u, num_failed(sender().ep()));
+    ucp_failover_worker_device_event(sender().worker(), dev.c_str(),
+                                     UCP_FAILOVER_LINK_UP);
+    progress_until_up(sender().ep(), 2.0);
+    expect_recovered(lane, 1);
+}
+
+/* Exponential backoff up to the cap; a bounded number of attempts */
+UCS_TEST_P(test_ucp_multirail_recover, backoff_and_give_up,
+           "MULTIRAIL_REPROBE_MAX_ATTEMPTS=4")
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+
+    break_ep_create(lane_iface(sender(), lane));
+    break_ep_create(lane_iface(receiver(), data_lane(receiver().ep())));
+    fail_data_lane();
+    ucp_failover_rec_lane_t *rl = rec_lane(sender().ep(), lane);
+    ASSERT_TRUE(rl != NULL);
+    EXPECT_DOUBLE_EQ(0.05, rl->delay);
+
+    std::vector<double> delays;
+    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(5.0);
+    while (!rl->gave_up && (ucs_get_time() < deadline)) {
+        uint32_t attempts = rl->attempts;
+        progress();
+        if (rl->attempts != attempts) {
+            delays.push_back(rl->delay);
+        }
+    }
+
+    ASSERT_TRUE(rl->gave_up);
+    EXPECT_EQ(4u, rl->attempts);
+    ASSERT_EQ(4u, delays.size());
+    EXPECT_DOUBLE_EQ(0.1, delays[0]);
+    EXPECT_DOUBLE_EQ(0.2, delays[1]);
+    EXPECT_DOUBLE_EQ(0.4, delays[2]);
+    EXPECT_DOUBLE_EQ(0.4, delays[3]); /* the cap */
+    EXPECT_NE(std::string::npos, ep_info(sender()).find("gave-up"));
+
+    /* given up, the lane stays failed, and the endpoint works */
+    restore_ep_create();
+    progress_for(0.5);
+    EXPECT_EQ(1u, num_failed(sender().ep()));
+    exchange(1 << 20, 1);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/* Repeated failures and recoveries reuse the same configurations */
+UCS_TEST_P(test_ucp_multirail_recover, configs_interned)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    unsigned configs      = 0;
+
+    for (unsigned i = 1; i <= 10; ++i) {
+        /* past the flap damping: a lane that fails soon after it came
+         * back waits longer */
+        fail_data_lane();
+        expect_recovered(lane, i);
+        if (i == 1) {
+            configs = sender().worker()->ep_config_count;
+        }
+        EXPECT_EQ(configs, sender().worker()->ep_config_count);
+    }
+
+    EXPECT_LE(sender().worker()->ep_config_count, UCP_WORKER_MAX_EP_CONFIG);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_recover, tcp, "tcp")
