@@ -30,6 +30,7 @@ mkdir -p "$MRFO_RESULTS"
 . "$top/test/multirail/tests_stock.sh"
 . "$top/test/multirail/tests_failover.sh"
 . "$top/test/multirail/tests_detect.sh"
+. "$top/test/multirail/tests_recover.sh"
 
 cleanup() { "$MR_BED" down >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -41,6 +42,7 @@ mr_gtest_all
 mr_stock_all
 mr_failover_all
 mr_detect_all
+mr_recover_all
 cleanup
 
 echo "test time: $(( $(date +%s) - t0 )) s; logs: $MRFO_RESULTS" >&2

@@ -92,7 +92,8 @@ mr_rail_tx() {
 }
 
 # Bytes a rail carried (tx) in timeline intervals that end after wall time
-# FROM (and before TO, if given)
+# FROM (and before TO, if given); an interval in which the device was
+# created again does not count
 mr_rail_tx_between() {
     local file=$1 rail=$2 from=$3 to=${4:-9e18}
     grep '^TL ' "$file" | awk -v r="${rail}_tx" -v f="$from" -v t="$to" '
@@ -102,8 +103,10 @@ mr_rail_tx_between() {
               if (kv[1] == "wall") w = kv[2]
               if (kv[1] == r && kv[2] ~ /^[0-9]+$/) v = kv[2]
           }
-          if (w > f && w <= t) s += v }
-        END { print s + 0 }'
+          # a device deleted and created again restarts its counters: the
+          # checker prints a wrapped difference for that interval
+          if (w > f && w <= t && v < 1e15) s += v }
+        END { printf "%.0f\n", s }'
 }
 
 mr_now() { date +%s.%N; }
