@@ -964,6 +964,25 @@ protected:
         return UCS_ERR_UNREACHABLE;
     }
 
+    /* the failed lane's device comes back: re-probed at once */
+    void device_up(bool via_bus)
+    {
+        skip_unless_two_lanes();
+        ucp_lane_index_t lane = fail_data_lane();
+        std::string dev       = lane_rsc(sender().ep(), lane).dev_name;
+
+        progress_for(0.2);
+        EXPECT_EQ(1u, num_failed(sender().ep()));
+        if (via_bus) {
+            ucs_dev_event_notify(dev.c_str(), UCS_DEV_EVENT_PORT_ACTIVE);
+        } else {
+            ucp_failover_worker_device_event(sender().worker(), dev.c_str(),
+                                             UCP_FAILOVER_LINK_UP);
+        }
+        progress_until_up(sender().ep(), 2.0);
+        expect_recovered(lane, 1);
+    }
+
     std::vector<std::pair<uct_iface_h, uct_ep_create_func_t>> m_broken;
 };
 
@@ -1034,16 +1053,15 @@ UCS_TEST_P(test_ucp_multirail_recover, link_up_reprobes_at_once,
            "MULTIRAIL_REPROBE_INTERVAL=1000s",
            "MULTIRAIL_REPROBE_MAX_INTERVAL=1000s")
 {
-    skip_unless_two_lanes();
-    ucp_lane_index_t lane = fail_data_lane();
-    std::string dev       = lane_rsc(sender().ep(), lane).dev_name;
+    device_up(false);
+}
 
-    progress_for(0.2);
-    EXPECT_EQ(1u, num_failed(sender().ep()));
-    ucp_failover_worker_device_event(sender().worker(), dev.c_str(),
-                                     UCP_FAILOVER_LINK_UP);
-    progress_until_up(sender().ep(), 2.0);
-    expect_recovered(lane, 1);
+/* An IB port-active event, posted on the device-event bus as UCT/IB does */
+UCS_TEST_P(test_ucp_multirail_recover, port_active_reprobes_at_once,
+           "MULTIRAIL_REPROBE_INTERVAL=1000s",
+           "MULTIRAIL_REPROBE_MAX_INTERVAL=1000s")
+{
+    device_up(true);
 }
 
 /* Exponential backoff up to the cap; a bounded number of attempts */
