@@ -56,7 +56,8 @@ t_recover() {
     local carries=$8 MR_NET_MGMT=1 t_restore w tx
     [ "$conn" = address ] && MR_NET_MGMT=0
     "$MR_BED" up --rails "$rails" --rate 500mbit
-    mr_pair_start "$rails" 11 "$MR_FO_ENV" "$MR_FO_ENV" --conn "$conn" \
+    mr_pair_start "$rails" "$(awk -v d="$down" 'BEGIN { print d + 9 }')" \
+        "$MR_FO_ENV" "$MR_FO_ENV" --conn "$conn" \
         --err-mode "$errmode" || return 0
     sleep 2.5
     "$MR_BED" fault "$kind" "$rail" "$side"
@@ -109,7 +110,7 @@ t_recover_flap() {
     done
     "$MR_BED" flap 1 "$secs" 1 a
     t_end=$(mr_now)
-    # the longest re-probe delay (5 s) and an attempt
+    # the longest re-probe delay (3 s) and an attempt
     sleep 7
     for role in client server; do
         before=${stat0[$role]}
@@ -175,8 +176,9 @@ mr_recover_all() {
         address none 2 1
     mr_run_test recover_delete_r1_sockaddr_none t_recover 2 delete 1 a \
         sockaddr none 2 1
-    mr_run_test recover_drop_both_r1_address_none t_recover 2 drop-both 1 a \
-        address none 2 1
+    # 8 s of silence: the re-probe delay reaches its cap before the restore
+    mr_run_test recover_drop_both_8s_r1_address_none t_recover 2 drop-both 1 \
+        a address none 8 1
     mr_run_test recover_blackhole_r1_sockaddr_peer t_recover 2 blackhole 1 \
         both sockaddr peer 2 1
     mr_run_test recover_rst_r1_address_peer t_recover 2 rst 1 a address peer \

@@ -180,6 +180,15 @@ int ucp_failover_uct_ep_error(ucp_worker_h worker, uct_ep_h uct_ep,
                               ucs_status_t status);
 
 
+/**
+ * Request fast-forward hook (the endpoint failed, its pending requests are
+ * completed with an error): release @a req if it is a failover message.
+ *
+ * @return 1 if @a req was a failover message and is released, else 0.
+ */
+int ucp_failover_request_ff(ucp_request_t *req);
+
+
 /** Whether @a lane of the endpoint failed over (it holds a failed stub) */
 int ucp_failover_lane_is_failed(ucp_ep_h ep, ucp_lane_index_t lane);
 

@@ -47,8 +47,11 @@ ucs_config_field_t ucp_multirail_config_table[] = {
    "doubles after each failed attempt, up to MULTIRAIL_REPROBE_MAX_INTERVAL.",
    ucs_offsetof(ucp_multirail_config_t, reprobe_interval), UCS_CONFIG_TYPE_TIME},
 
-  {"MULTIRAIL_REPROBE_MAX_INTERVAL", "5s",
-   "Upper bound of the delay between two attempts to re-establish a failed lane.",
+  {"MULTIRAIL_REPROBE_MAX_INTERVAL", "3s",
+   "Upper bound of the delay between two attempts to re-establish a failed\n"
+   "lane, so a rail that heals without a link-up event is used again at most\n"
+   "this long (and an attempt) later. A lane that fails again sooner than this\n"
+   "after it came back is flapping: its re-probes start from a longer delay.",
    ucs_offsetof(ucp_multirail_config_t, reprobe_max_interval),
    UCS_CONFIG_TYPE_TIME},
 

@@ -145,6 +145,10 @@ void ucp_failover_recover_save(ucp_ep_h ep, const ucp_ep_config_key_t *key,
     ucp_rsc_index_t rsc_index;
     ucp_lane_index_t lane;
 
+    if (ep->worker->failover == NULL) {
+        return; /* no rail monitor, no re-probes */
+    }
+
     if (fo->rec == NULL) {
         fo->rec = ucs_calloc(1, sizeof(*fo->rec), "failover_rec");
         if (fo->rec == NULL) {
@@ -271,10 +275,14 @@ static ucs_status_t ucp_failover_attempt_pending_cb(uct_pending_req_t *self)
     ucp_failover_rec_lane_t *rl = ucs_container_of(self,
                                                    ucp_failover_rec_lane_t,
                                                    uct);
+    ucp_worker_h worker         = rl->ep->worker;
     ucs_status_t status;
 
+    /* rl->flags is also written by the error handler (async thread) */
+    UCS_ASYNC_BLOCK(&worker->async);
     status = ucp_failover_attempt_send(rl);
     if (status == UCS_ERR_NO_RESOURCE) {
+        UCS_ASYNC_UNBLOCK(&worker->async);
         return UCS_ERR_NO_RESOURCE;
     }
 
@@ -288,6 +296,7 @@ static ucs_status_t ucp_failover_attempt_pending_cb(uct_pending_req_t *self)
     }
 
     rl->flags &= ~UCP_FAILOVER_ATTEMPT_QUEUED;
+    UCS_ASYNC_UNBLOCK(&worker->async);
     return UCS_OK;
 }
 
@@ -342,7 +351,11 @@ static uct_ep_h ucp_failover_attempt_detach(ucp_failover_rec_lane_t *rl)
     uct_ep_h uct_ep           = rl->uct_ep;
     khiter_t iter;
 
-    uct_ep_pending_purge(uct_ep, ucp_failover_attempt_purge_cb, NULL);
+    if (rl->flags & UCP_FAILOVER_ATTEMPT_QUEUED) {
+        /* only then: a purge also drops what the transport queued itself */
+        uct_ep_pending_purge(uct_ep, ucp_failover_attempt_purge_cb, NULL);
+    }
+
     if (fw != NULL) {
         iter = kh_get(ucp_failover_attempt_map, &fw->attempts,
                       (uintptr_t)uct_ep);
@@ -366,13 +379,21 @@ static void ucp_failover_lane_desc(ucp_ep_h ep, ucp_lane_index_t lane,
 /* Drop the attempt's transport endpoint */
 static void ucp_failover_attempt_discard(ucp_failover_rec_lane_t *rl)
 {
-    ucp_ep_h ep     = rl->ep;
-    uct_ep_h uct_ep = ucp_failover_attempt_detach(rl);
+    ucp_ep_h ep               = rl->ep;
+    ucp_rsc_index_t rsc_index = ucp_ep_get_rsc_index(ep, rl->lane);
+    uct_ep_h uct_ep           = ucp_failover_attempt_detach(rl);
+    ucs_status_t status;
 
-    ucp_worker_discard_uct_ep(ep, uct_ep, ucp_ep_get_rsc_index(ep, rl->lane),
-                              UCT_FLUSH_FLAG_CANCEL,
-                              ucp_failover_attempt_purge_cb, NULL,
-                              ucp_failover_attempt_discarded_cb, NULL);
+    status = ucp_worker_discard_uct_ep(ep, uct_ep, rsc_index,
+                                       UCT_FLUSH_FLAG_CANCEL,
+                                       ucp_failover_attempt_purge_cb, NULL,
+                                       ucp_failover_attempt_discarded_cb,
+                                       NULL);
+    if (UCS_STATUS_IS_ERR(status)) {
+        /* no memory to discard it the usual way: destroy it now */
+        ucp_ep_unprogress_uct_ep(ep, uct_ep, rsc_index);
+        uct_ep_destroy(uct_ep);
+    }
 }
 
 /* The attempt failed: drop it, and wait longer before the next one */
@@ -488,10 +509,15 @@ static ucs_status_t ucp_failover_attempt_start(ucp_failover_rec_lane_t *rl,
         return status;
     }
 
-    ucp_worker_iface_progress_ep(wiface);
     iter = kh_put(ucp_failover_attempt_map, &fw->attempts, (uintptr_t)uct_ep,
                   &ret);
+    if (ret == UCS_KH_PUT_FAILED) {
+        uct_ep_destroy(uct_ep);
+        return UCS_ERR_NO_MEMORY;
+    }
+
     kh_value(&fw->attempts, iter) = rl;
+    ucp_worker_iface_progress_ep(wiface);
 
     timeout      = ucs_max(UCP_FAILOVER_ATTEMPT_TIMEOUT_MIN,
                            2 * ucp_failover_recover_config(ep)->probe_timeout);
@@ -632,16 +658,16 @@ static void ucp_failover_recover_ack_up_lane(ucp_ep_h ep,
  * The peer starts a point-to-point attempt: connect a new endpoint to its
  * new endpoint, and answer with this one's address.
  */
-static void ucp_failover_recover_connect(ucp_failover_rec_lane_t *rl,
+static void ucp_failover_recover_connect(ucp_ep_h ep, ucp_lane_index_t lane,
                                          const ucp_failover_msg_t *msg,
                                          const void *addr)
 {
-    ucp_ep_h ep = rl->ep;
+    ucp_failover_rec_lane_t *rl = ucp_failover_rec_lane(ep, lane);
     ucs_status_t status;
 
     if (!rl->p2p || (rl->addr == NULL)) {
         ucs_diag("ep %p: lane[%d] cannot be reconnected from this side", ep,
-                 rl->lane);
+                 lane);
         goto refuse;
     }
 
@@ -691,8 +717,8 @@ static void ucp_failover_recover_connect(ucp_failover_rec_lane_t *rl,
 refuse:
     /* an answer without an address: the peer drops its attempt now rather
      * than when it times out */
-    ucp_failover_wire_send(ep, rl->lane, UCP_FAILOVER_MSG_CONNECT_ACK,
-                           msg->token, NULL, 0);
+    ucp_failover_wire_send(ep, lane, UCP_FAILOVER_MSG_CONNECT_ACK, msg->token,
+                           NULL, 0);
 }
 
 void ucp_failover_recover_msg(ucp_ep_h ep, ucp_lane_index_t lane,
@@ -705,14 +731,17 @@ void ucp_failover_recover_msg(ucp_ep_h ep, ucp_lane_index_t lane,
     ucs_debug("ep %p: lane[%d] (%s) recovery message %d token %u", ep, lane,
               ucp_failover_lane_state_str(ep, lane), msg->type, msg->token);
 
-    if ((rl == NULL) || !(ucp_failover_ep(ep)->flags &
-                          UCP_FAILOVER_EP_FLAG_NEGOTIATED)) {
+    if ((rl == NULL) || (ep->worker->failover == NULL) ||
+        !(ucp_failover_ep(ep)->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) ||
+        (ep->flags & UCP_EP_FLAG_CLOSED)) {
+        /* a closing endpoint takes no lane back; the peer's attempt ends
+         * unanswered */
         return;
     }
 
     switch (msg->type) {
     case UCP_FAILOVER_MSG_CONNECT:
-        ucp_failover_recover_connect(rl, msg, addr);
+        ucp_failover_recover_connect(ep, lane, msg, addr);
         break;
     case UCP_FAILOVER_MSG_CONNECT_ACK:
         if (!failed || (rl->uct_ep == NULL) || (msg->token != rl->token) ||
@@ -748,6 +777,12 @@ void ucp_failover_recover_msg(ucp_ep_h ep, ucp_lane_index_t lane,
         if (rl->addr == NULL) {
             ucs_diag("ep %p: lane[%d] cannot be reconnected from this side",
                      ep, lane);
+            return;
+        }
+
+        if (rl->flags & UCP_FAILOVER_ATTEMPT_AWAIT) {
+            /* our endpoint is not connected yet: a request from an earlier
+             * pair */
             return;
         }
 

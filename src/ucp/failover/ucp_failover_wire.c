@@ -65,7 +65,7 @@ void ucp_failover_msg_init(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
     msg->addr_len      = 0;
 }
 
-static ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
+ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
 {
     ucp_request_t *req = ucs_container_of(self, ucp_request_t, send.uct);
     ucp_ep_h ep        = req->send.ep;
@@ -115,14 +115,27 @@ void ucp_failover_wire_send(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
     ucp_failover_msg_init(ep, lane, type, token, msg);
     msg->addr_len = addr_len;
     memcpy(msg + 1, addr, addr_len);
-    req->flags             = 0;
-    req->send.ep           = ep;
-    req->send.buffer       = msg;
-    req->send.uct.func     = ucp_failover_msg_progress;
-    req->send.pending_lane = UCP_NULL_LANE;
+    req->flags                    = 0;
+    req->send.ep                  = ep;
+    req->send.buffer              = msg;
+    req->send.uct.func            = ucp_failover_msg_progress;
+    req->send.pending_lane        = UCP_NULL_LANE;
+    req->send.state.uct_comp.func = NULL;
     ucs_debug("ep %p: sending failover message %d (lane %d, peer lane %d)",
               ep, type, lane, msg->receiver_lane);
     ucp_request_send(req);
+}
+
+int ucp_failover_request_ff(ucp_request_t *req)
+{
+    if (req->send.uct.func != ucp_failover_msg_progress) {
+        return 0;
+    }
+
+    /* the endpoint failed with the message still queued: drop it */
+    ucs_free(req->send.buffer);
+    ucp_request_put(req);
+    return 1;
 }
 
 void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
@@ -157,9 +170,9 @@ ucp_failover_msg_lane(ucp_ep_h ep, const ucp_failover_msg_t *msg)
     }
 
     lane = msg->sender_lane;
-    if (!(fo->peer_lane_valid & UCS_BIT(lane)) &&
+    if ((lane < ucp_ep_num_lanes(ep)) &&
+        !(fo->peer_lane_valid & UCS_BIT(lane)) &&
         (msg->num_lanes == ucp_ep_num_lanes(ep)) &&
-        (lane < ucp_ep_num_lanes(ep)) &&
         (msg->tl_name_csum == ucp_failover_lane_tl_csum(ep, lane))) {
         return lane;
     }

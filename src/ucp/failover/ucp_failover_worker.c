@@ -395,8 +395,11 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker)
     /* A handler scheduled but not run yet must not see freed memory */
     ucs_callbackq_remove_if(&worker->uct->progress_q,
                             ucp_failover_worker_cb_filter, fw);
-    ucp_failover_recover_cleanup(fw);
+    /* a transport error handler on the async thread must not find it */
+    UCS_ASYNC_BLOCK(&worker->async);
     worker->failover = NULL;
+    UCS_ASYNC_UNBLOCK(&worker->async);
+    ucp_failover_recover_cleanup(fw);
     ucs_free(fw);
 }
 

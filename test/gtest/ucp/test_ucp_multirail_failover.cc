@@ -90,7 +90,7 @@ UCS_TEST_F(test_ucp_multirail_config, defaults) {
     EXPECT_NEAR(0.100, mr.probe_interval, 1e-9);
     EXPECT_NEAR(0.300, mr.probe_timeout, 1e-9);
     EXPECT_NEAR(0.200, mr.reprobe_interval, 1e-9);
-    EXPECT_NEAR(5.0, mr.reprobe_max_interval, 1e-9);
+    EXPECT_NEAR(3.0, mr.reprobe_max_interval, 1e-9);
     EXPECT_EQ(UCS_ULUNITS_INF, mr.reprobe_max_attempts);
 }
 
