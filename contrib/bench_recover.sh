@@ -34,7 +34,7 @@ trap '"$MR_BED" down >/dev/null 2>&1 || true' EXIT
 
 if [ "${1:-}" = flap ]; then
     secs=${2:-600}
-    MR_TIMEOUT=$((secs + 90))
+    MR_TIMEOUT=$((secs + secs / 8 + 90))
     mr_run_test flap_r1_1hz_${secs}s t_recover_flap "$secs"
     "$MR_BED" down
     echo "$mr_passed passed, $mr_failed failed"

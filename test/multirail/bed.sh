@@ -18,7 +18,8 @@
 #                                   RATE e.g. 500mbit, default none)
 #   down                            delete the namespaces (and their links)
 #   exec a|b CMD [ARGS]             run a command in namespace a or b
-#   fault KIND RAIL [a|b|both]      inject a fault on rail RAIL (0..N-1);
+#   fault KIND RAIL [a|b|both]      inject a fault on rail RAIL (0..N-1;
+#                                   "m": the management link, rst only);
 #                                   the side defaults to a
 #   restore KIND RAIL [a|b|both]    undo that fault
 #   flap RAIL COUNT PERIOD [a|b]    link down/up COUNT times, PERIOD seconds
@@ -182,10 +183,16 @@ nft_table() { echo "${prefix}_$1_r$2"; }
 # for_sides ACTION KIND RAIL [SIDE]: run ACTION (fault_one or restore_one)
 # with KIND RAIL SIDE NS DEV for each side
 for_sides() {
-    local action=$1 kind=$2 rail=$3 side
-    check_rail "$rail"
+    local action=$1 kind=$2 rail=$3 side dev=r$3
+    if [ "$rail" = m ]; then
+        # the management link carries the client/server (CM) connection
+        [ "$kind" = rst ] || die "the management link (m) takes only rst"
+        dev=zmgmt
+    else
+        check_rail "$rail"
+    fi
     for side in $(sides_of "${4:-a}"); do
-        "$action" "$kind" "$rail" "$side" "$(ns_of "$side")" "r$rail"
+        "$action" "$kind" "$rail" "$side" "$(ns_of "$side")" "$dev"
     done
     if [ "$action" = restore_one ]; then
         case "$kind" in down|delete) wait_carrier "r$rail" ;; esac
@@ -214,8 +221,13 @@ fault_one() {
     rst)
         # established connections to the peer's rail address only: the
         # listening sockets stay
-        local peer
-        peer=$(rail_addr "$rail" "$([ "$side" = a ] && echo b || echo a)")
+        local peer other
+        other=$([ "$side" = a ] && echo b || echo a)
+        if [ "$rail" = m ]; then
+            peer=$mgmt_net.$(host_of "$other")
+        else
+            peer=$(rail_addr "$rail" "$other")
+        fi
         ip netns exec "$ns" ss -K -t dst "$peer" >/dev/null ;;
     delete)
         if ip -n "$ns" link show dev "$dev" >/dev/null 2>&1; then

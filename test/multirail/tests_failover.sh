@@ -120,6 +120,33 @@ t_failover_stock_peer() {
     done
 }
 
+# t_cm_rst FAILOVER(y|n): the client/server (CM) connection, over the
+# management link, is reset mid-run; the data lanes are healthy. Stock UCX
+# takes it for the peer closing and fails the endpoint on both sides; with
+# failover the endpoint lives on.
+t_cm_rst() {
+    local fo=$1 env role
+    env="UCX_MULTIRAIL_FAILOVER=$fo UCX_LOG_LEVEL=info"
+    "$MR_BED" up --rails 2 --rate 500mbit
+    mr_pair_start 2 8 "$env" "$env" || return 0
+    sleep 2.5
+    "$MR_BED" fault rst m a
+    mr_pair_wait "$MR_DIR"
+    if [ "$fo" = y ]; then
+        mr_expect_clean "$MR_DIR"
+        for role in client server; do
+            grep -q "(CM) connection was lost" "$MR_DIR/$role.out" ||
+                mr_fail "$role did not report the lost CM connection"
+        done
+        mr_note="r1_tx=$(mr_rail_tx "$MR_DIR/client.out" r1)"
+    else
+        for role in client server; do
+            mr_expect_eq "$role err_cb" 1 \
+                "$(mr_result "$MR_DIR/$role.out" err_cb)"
+        done
+    fi
+}
+
 # Debian's Open MPI, unmodified, one rank per namespace (pml ucx: worker
 # address endpoints, no error handler), on our library; rail r1 is reset
 # mid-run. mr_mpi_run DIR FAILOVER(y|n) SECONDS TIMEOUT
@@ -191,6 +218,8 @@ mr_failover_all() {
     mr_run_test failover_3rail_two_faults t_failover_two_faults
     mr_run_test failover_amlane_fails_cleanly t_failover_amlane_fails_cleanly
     mr_run_test failover_stock_peer t_failover_stock_peer
+    mr_run_test failover_cm_rst_endpoint_lives t_cm_rst y
+    mr_run_test stock_cm_rst_kills_endpoint t_cm_rst n
     mr_run_test mpi_rail_cut_failover_on t_mpi_rail_cut y
     mr_run_test mpi_rail_cut_failover_off t_mpi_rail_cut n
     # found by a link event, and by TCP_USER_TIMEOUT + probes (issue 5)

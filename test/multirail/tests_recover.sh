@@ -102,7 +102,8 @@ t_recover_flap() {
     local secs=$1 role t_end before after n cfgs
     local -A stat0
     "$MR_BED" up --rails 2 --rate 500mbit
-    mr_pair_start 2 $((secs + 14)) "$MR_FO_ENV" "$MR_FO_ENV" \
+    # each flap cycle takes a little over its second (the ip commands)
+    mr_pair_start 2 $((secs + secs / 8 + 14)) "$MR_FO_ENV" "$MR_FO_ENV" \
         --hang-timeout 30 || return 0
     sleep 3
     for role in client server; do

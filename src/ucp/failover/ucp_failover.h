@@ -62,7 +62,13 @@ ucs_status_t ucp_multirail_config_check(const ucp_multirail_config_t *config);
 /** Per-endpoint failover flags */
 enum {
     /* Both peers run failover: lanes may fail one by one */
-    UCP_FAILOVER_EP_FLAG_NEGOTIATED = UCS_BIT(0)
+    UCP_FAILOVER_EP_FLAG_NEGOTIATED   = UCS_BIT(0),
+    /* The peer announced that it closes the endpoint (CLOSING) */
+    UCP_FAILOVER_EP_FLAG_PEER_CLOSING = UCS_BIT(1),
+    /* The CM connection went away: a close or a loss, to be told apart */
+    UCP_FAILOVER_EP_FLAG_CM_PENDING   = UCS_BIT(2),
+    /* The CM connection was lost; the endpoint lives on its data lanes */
+    UCP_FAILOVER_EP_FLAG_CM_LOST      = UCS_BIT(3)
 };
 
 
@@ -81,6 +87,7 @@ typedef struct ucp_failover_ep {
                                                   lane failover */
     uint32_t         num_redriven;             /* Requests re-driven, total */
     uint32_t         num_recoveries;           /* Lanes brought back */
+    ucs_time_t       cm_deadline;              /* CM_PENDING decided then */
     struct ucp_failover_rec *rec;              /* Recovery state, or NULL */
 } ucp_failover_ep_t;
 
@@ -160,6 +167,25 @@ int ucp_failover_rndv_restart(ucp_request_t *req);
  * @return 1 if the flush was restarted, 0 if it must complete with the error.
  */
 int ucp_failover_flush_restart(ucp_request_t *req, ucs_callback_t flush_cb);
+
+
+/**
+ * Close hook (ucp_ep_close_nbx): a client/server endpoint that negotiated
+ * failover tells its peer that it closes (CLOSING on the am lane), so that
+ * the peer tells the CM disconnect that follows from a lost CM connection.
+ */
+void ucp_failover_ep_close(ucp_ep_h ep);
+
+
+/**
+ * CM remote-disconnect hook: the peer's CM connection went away while the
+ * endpoint is connected and not closed. Unless the peer announced a close,
+ * failover takes it over: the endpoint lives on its data lanes if no CLOSING
+ * arrives within a short wait.
+ *
+ * @return 1 if failover took the disconnect over, 0 for stock handling.
+ */
+int ucp_failover_cm_disconnected(ucp_ep_h ep);
 
 
 /**

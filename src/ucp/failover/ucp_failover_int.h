@@ -60,7 +60,8 @@ enum {
     UCP_FAILOVER_MSG_LANE_UP     = 4, /* recovery: the sender uses the lane */
     UCP_FAILOVER_MSG_CONNECT     = 5, /* recovery: the sender's new endpoint
                                          address (point-to-point lanes) */
-    UCP_FAILOVER_MSG_CONNECT_ACK = 6  /* recovery: the answer's address */
+    UCP_FAILOVER_MSG_CONNECT_ACK = 6, /* recovery: the answer's address */
+    UCP_FAILOVER_MSG_CLOSING     = 7  /* the sender closes the endpoint */
 };
 
 
@@ -304,6 +305,14 @@ uint64_t ucp_failover_rail_key(ucp_rsc_index_t rsc_index, uint64_t peer_uuid);
 
 /** Queue a probe round (which also runs lane recovery) */
 void ucp_failover_probe_schedule(ucp_failover_worker_t *fw);
+
+
+/** A CLOSING message from the peer of @a ep */
+void ucp_failover_cm_peer_closing(ucp_ep_h ep);
+
+
+/** In each probe round, for every endpoint: decide a pending CM loss */
+void ucp_failover_cm_check(ucp_failover_worker_t *fw, ucp_ep_h ep);
 
 
 /** Recovery state of the worker: set up and released with the monitor */

@@ -117,6 +117,7 @@ static unsigned ucp_failover_probe_progress(void *arg)
     ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
         ep = ucp_ep_from_ext_gen(ep_ext);
         ucp_failover_recover_ep(fw, ep);
+        ucp_failover_cm_check(fw, ep);
         for (lane = 0; ucp_failover_probe_ep_ok(ep) &&
                        (lane < ucp_ep_num_lanes(ep));
              ++lane) {

@@ -223,6 +223,11 @@ static unsigned ucp_failover_msg_handle(void *arg)
         goto out;
     }
 
+    if (work->msg.type == UCP_FAILOVER_MSG_CLOSING) {
+        ucp_failover_cm_peer_closing(ep);
+        goto out;
+    }
+
     lane = ucp_failover_msg_lane(ep, &work->msg);
     if (lane == UCP_NULL_LANE) {
         ucs_diag("ep %p: failover message %d for peer lane %d names no lane "
@@ -261,7 +266,7 @@ ucp_failover_msg_handler(void *arg, void *data, size_t length, unsigned flags)
 
     memcpy(&msg, UCS_PTR_BYTE_OFFSET(data, sizeof(uint64_t)), sizeof(msg));
     if ((msg.type < UCP_FAILOVER_MSG_LANE_DOWN) ||
-        (msg.type > UCP_FAILOVER_MSG_CONNECT_ACK) ||
+        (msg.type > UCP_FAILOVER_MSG_CLOSING) ||
         (length != (sizeof(uint64_t) + sizeof(msg) + msg.addr_len))) {
         ucs_diag("worker %p: ignoring failover message of type %d, %zu bytes",
                  worker, msg.type, length);
