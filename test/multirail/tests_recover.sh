@@ -170,6 +170,36 @@ t_mpi_rail_cut_restore() {
         mr_fail "r1 carried only $((tx1 - tx0)) bytes in 2 s after it came back"
 }
 
+# A peer process that dies and starts again (on the same address; another
+# port, the old one is in TIME-WAIT) is not a rail that heals: the endpoint fails with the error callback,
+# promptly, and no lane "comes back" to the new process
+t_recover_peer_restart() {
+    local pid rc=0
+    "$MR_BED" up --rails 2 --rate 500mbit
+    mr_pair_start 2 30 "$MR_FO_ENV" "$MR_FO_ENV" || return 0
+    sleep 2.5
+    pid=$(sed -n 's/^START .* pid=\([0-9]*\).*/\1/p' "$MR_DIR/server.out")
+    [ -n "$pid" ] || { mr_fail "no server pid"; return 0; }
+    kill -9 "$pid"
+    mkdir -p "$MR_DIR/restarted"
+    # shellcheck disable=SC2086
+    MR_PORT=$((MR_PORT + 1)) mr_server_start "$MR_DIR/restarted" 2 \
+        $MR_FO_ENV -- --hang-timeout 5 ||
+        mr_fail "the server did not start again"
+    wait "$(cat "$MR_DIR/client.pid")" || rc=$?
+    kill "$(cat "$MR_DIR/restarted/server.pid")" 2>/dev/null || true
+    wait "$(cat "$MR_DIR/restarted/server.pid")" 2>/dev/null || true
+    wait "$(cat "$MR_DIR/server.pid")" 2>/dev/null || true
+    mr_expect_eq "client err_cb" 1 "$(mr_result "$MR_DIR/client.out" err_cb)"
+    mr_expect_eq "client hang" 0 "$(mr_result "$MR_DIR/client.out" hang)"
+    [ "$rc" != 0 ] || mr_fail "the client succeeded against a restarted peer"
+    if grep -q "is back" "$MR_DIR/client.out"; then
+        mr_fail "a lane came back to the restarted peer"
+    fi
+    mr_note="client: $(grep -m1 -o 'kind=error_cb status="[^"]*"' \
+        "$MR_DIR/client.out")"
+}
+
 mr_recover_all() {
     mr_run_test recover_linkdown_r1_sockaddr_peer t_recover 2 down 1 a \
         sockaddr peer 2 1
@@ -186,6 +216,7 @@ mr_recover_all() {
         0 0
     mr_run_test recover_3rail_two_rails t_recover_two_rails
     mr_run_test recover_flap_r1_1hz_20s t_recover_flap 20
+    mr_run_test recover_peer_restart_is_failure t_recover_peer_restart
     mr_run_test mpi_rail_cut_restore t_mpi_rail_cut_restore
     "$MR_BED" down
 }
