@@ -283,8 +283,6 @@ typedef struct ucp_failover_worker {
     /* Resources with a link-up event not acted on yet */
     uint8_t                   up_events[UCP_MAX_RESOURCES];
     uint32_t                  token_seq;       /* last attempt token */
-    uint64_t                  attempts_started;
-    uint64_t                  recoveries;
     ucs_time_t                log_window;      /* recovery log rate limit */
     unsigned                  log_count;
     unsigned                  log_suppressed;

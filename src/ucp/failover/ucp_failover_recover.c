@@ -232,39 +232,43 @@ void ucp_failover_recover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
     rl->gave_up      = 0;
 }
 
+/* A LANE_UP_REQ or LANE_UP_ACK about @a lane over @a uct_ep (on its rail) */
+static ucs_status_t ucp_failover_send_on_rail(ucp_ep_h ep, uct_ep_h uct_ep,
+                                              ucp_lane_index_t lane,
+                                              uint8_t type, uint32_t token)
+{
+    ucp_failover_msg_t msg;
+
+    ucp_failover_msg_init(ep, lane, type, token, &msg);
+    return uct_ep_am_short(uct_ep, UCP_AM_ID_FAILOVER,
+                           ucp_failover_msg_header(ep), &msg, sizeof(msg));
+}
+
 /* The attempt owes the peer messages: send them, or when it can */
 static ucs_status_t ucp_failover_attempt_send(ucp_failover_rec_lane_t *rl)
 {
-    ucp_failover_msg_t msg;
     ucs_status_t status;
 
-    while (rl->flags &
-           (UCP_FAILOVER_ATTEMPT_SEND_REQ | UCP_FAILOVER_ATTEMPT_SEND_ACK)) {
-        if (rl->flags & UCP_FAILOVER_ATTEMPT_SEND_REQ) {
-            ucp_failover_msg_init(rl->ep, rl->lane,
-                                  UCP_FAILOVER_MSG_LANE_UP_REQ, rl->token,
-                                  &msg);
-        } else {
-            ucp_failover_msg_init(rl->ep, rl->lane,
-                                  UCP_FAILOVER_MSG_LANE_UP_ACK, rl->ack_token,
-                                  &msg);
-        }
-
-        status = uct_ep_am_short(rl->uct_ep, UCP_AM_ID_FAILOVER,
-                                 ucp_failover_msg_header(rl->ep), &msg,
-                                 sizeof(msg));
+    if (rl->flags & UCP_FAILOVER_ATTEMPT_SEND_REQ) {
+        status = ucp_failover_send_on_rail(rl->ep, rl->uct_ep, rl->lane,
+                                           UCP_FAILOVER_MSG_LANE_UP_REQ,
+                                           rl->token);
         if (status != UCS_OK) {
             return status;
         }
 
-        ucs_debug("ep %p: lane[%d] recovery: sent %s(token %u)", rl->ep,
-                  rl->lane,
-                  (msg.type == UCP_FAILOVER_MSG_LANE_UP_REQ) ? "LANE_UP_REQ" :
-                                                               "LANE_UP_ACK",
-                  msg.token);
-        rl->flags &= (msg.type == UCP_FAILOVER_MSG_LANE_UP_REQ) ?
-                     ~UCP_FAILOVER_ATTEMPT_SEND_REQ :
-                     ~UCP_FAILOVER_ATTEMPT_SEND_ACK;
+        rl->flags &= ~UCP_FAILOVER_ATTEMPT_SEND_REQ;
+    }
+
+    if (rl->flags & UCP_FAILOVER_ATTEMPT_SEND_ACK) {
+        status = ucp_failover_send_on_rail(rl->ep, rl->uct_ep, rl->lane,
+                                           UCP_FAILOVER_MSG_LANE_UP_ACK,
+                                           rl->ack_token);
+        if (status != UCS_OK) {
+            return status;
+        }
+
+        rl->flags &= ~UCP_FAILOVER_ATTEMPT_SEND_ACK;
     }
 
     return UCS_OK;
@@ -396,15 +400,13 @@ static void ucp_failover_attempt_discard(ucp_failover_rec_lane_t *rl)
     }
 }
 
-/* The attempt failed: drop it, and wait longer before the next one */
-static void ucp_failover_attempt_abort(ucp_failover_rec_lane_t *rl,
-                                       const char *why)
+/* An attempt failed: the next one waits longer, or the lane is given up */
+static void ucp_failover_attempt_failed(ucp_failover_rec_lane_t *rl,
+                                        const char *why)
 {
     ucp_ep_h ep                          = rl->ep;
     const ucp_multirail_config_t *config = ucp_failover_recover_config(ep);
     UCS_STRING_BUFFER_ONSTACK(desc, 128);
-
-    ucp_failover_attempt_discard(rl);
 
     rl->delay        = ucs_min(rl->delay * 2, config->reprobe_max_interval);
     rl->next_attempt = ucs_get_time() + ucs_time_from_sec(rl->delay);
@@ -422,6 +424,14 @@ static void ucp_failover_attempt_abort(ucp_failover_rec_lane_t *rl,
                                  why, rl->gave_up ? "giving up" :
                                  "retrying later");
     }
+}
+
+/* The attempt failed: drop it, and wait longer before the next one */
+static void ucp_failover_attempt_abort(ucp_failover_rec_lane_t *rl,
+                                       const char *why)
+{
+    ucp_failover_attempt_discard(rl);
+    ucp_failover_attempt_failed(rl, why);
 }
 
 /* Send the attempt's endpoint address to the peer, over the am lane */
@@ -490,7 +500,6 @@ static ucs_status_t ucp_failover_attempt_start(ucp_failover_rec_lane_t *rl,
     wiface = ucp_worker_iface(worker, rsc_index);
     ++rl->attempts;
     ++rl->total_attempts;
-    ++fw->attempts_started;
 
     params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
                         UCT_EP_PARAM_FIELD_PATH_INDEX;
@@ -550,32 +559,6 @@ static ucs_status_t ucp_failover_attempt_start(ucp_failover_rec_lane_t *rl,
     return UCS_OK;
 }
 
-static void ucp_failover_attempt_start_or_backoff(ucp_failover_rec_lane_t *rl,
-                                                  int initiator)
-{
-    const ucp_multirail_config_t *config = ucp_failover_recover_config(rl->ep);
-    UCS_STRING_BUFFER_ONSTACK(desc, 128);
-    ucs_status_t status;
-
-    status = ucp_failover_attempt_start(rl, initiator);
-    if (status == UCS_OK) {
-        return;
-    }
-
-    rl->delay        = ucs_min(rl->delay * 2, config->reprobe_max_interval);
-    rl->next_attempt = ucs_get_time() + ucs_time_from_sec(rl->delay);
-    if ((config->reprobe_max_attempts != UCS_ULUNITS_INF) &&
-        (rl->attempts >= config->reprobe_max_attempts)) {
-        rl->gave_up = 1;
-    }
-
-    ucp_failover_lane_desc(rl->ep, rl->lane, &desc);
-    ucp_failover_recover_log(rl->ep->worker->failover,
-                             "ep %p: %s re-probe %u failed (%s), %s", rl->ep,
-                             ucs_string_buffer_cstr(&desc), rl->attempts,
-                             ucs_status_string(status),
-                             rl->gave_up ? "giving up" : "retrying later");
-}
 
 /*
  * The rail works both ways: the attempt's transport endpoint becomes the
@@ -620,7 +603,6 @@ static void ucp_failover_lane_up(ucp_failover_rec_lane_t *rl)
     rl->restored_at       = ucs_get_time();
     ++rl->recoveries;
     ++fo->num_recoveries;
-    ++fw->recoveries;
 
     ucp_failover_lane_desc(ep, rl->lane, &desc);
     ucp_failover_recover_log(fw, "ep %p: %s is back after %u re-probe(s), "
@@ -641,12 +623,10 @@ static void ucp_failover_recover_ack_up_lane(ucp_ep_h ep,
                                              ucp_lane_index_t lane,
                                              uint32_t token)
 {
-    ucp_failover_msg_t msg;
     ucs_status_t status;
 
-    ucp_failover_msg_init(ep, lane, UCP_FAILOVER_MSG_LANE_UP_ACK, token, &msg);
-    status = uct_ep_am_short(ep->uct_eps[lane], UCP_AM_ID_FAILOVER,
-                             ucp_failover_msg_header(ep), &msg, sizeof(msg));
+    status = ucp_failover_send_on_rail(ep, ep->uct_eps[lane], lane,
+                                       UCP_FAILOVER_MSG_LANE_UP_ACK, token);
     if (status != UCS_OK) {
         /* the peer's attempt times out and it tries again */
         ucs_debug("ep %p: lane[%d] is up, LANE_UP_ACK not sent: %s", ep, lane,
@@ -865,22 +845,25 @@ static int ucp_failover_rail_in(khash_t(ucp_failover_rail_set) *set,
 void ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
-    ucs_time_t now        = ucs_get_time();
     ucp_failover_rec_lane_t *rl;
     ucp_rsc_index_t rsc_index;
+    ucs_status_t status;
     ucp_lane_index_t lane;
     uint64_t rail;
+    ucs_time_t now;
     int ep_ok, healed, ret;
 
-    if (fo->rec == NULL) {
+    /* attempts exist only for failed lanes: a healthy endpoint costs this */
+    if ((fo->rec == NULL) || (fo->failed_lanes == 0)) {
         return;
     }
 
+    now   = ucs_get_time();
     ep_ok = (fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) &&
             !(ep->flags & (UCP_EP_FLAG_FAILED | UCP_EP_FLAG_CLOSED)) &&
             (ep->cfg_index != UCP_WORKER_CFG_INDEX_NULL);
 
-    for (lane = 0; lane < UCP_MAX_LANES; ++lane) {
+    ucs_for_each_bit(lane, fo->failed_lanes) {
         rl = &fo->rec->lanes[lane];
         if (rl->uct_ep != NULL) {
             if (!ep_ok) {
@@ -893,8 +876,7 @@ void ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep)
             continue;
         }
 
-        if (!ep_ok || !(fo->failed_lanes & UCS_BIT(lane)) ||
-            (rl->addr == NULL) || rl->gave_up) {
+        if (!ep_ok || (rl->addr == NULL) || rl->gave_up) {
             continue;
         }
 
@@ -912,7 +894,10 @@ void ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep)
         }
 
         kh_put(ucp_failover_rail_set, &fw->busy_rails, rail, &ret);
-        ucp_failover_attempt_start_or_backoff(rl, 1);
+        status = ucp_failover_attempt_start(rl, 1);
+        if (status != UCS_OK) {
+            ucp_failover_attempt_failed(rl, ucs_status_string(status));
+        }
     }
 }
 
