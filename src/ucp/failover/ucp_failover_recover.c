@@ -760,6 +760,11 @@ void ucp_failover_recover_msg(ucp_ep_h ep, ucp_lane_index_t lane,
             return;
         }
 
+        if (rl->gave_up && (rl->uct_ep == NULL)) {
+            /* given up here: the peer's attempts end unanswered */
+            return;
+        }
+
         if (rl->flags & UCP_FAILOVER_ATTEMPT_AWAIT) {
             /* our endpoint is not connected yet: a request from an earlier
              * pair */
