@@ -100,6 +100,48 @@ t_detect_many_eps() {
     done
 }
 
+# t_detect_asleep KIND SIDE CONN ERRMODE: both processes sleep on the
+# worker's event fd (as in ucp_worker_wait()) with r1 idle when it dies: the
+# library wakes them (probe rounds, link events), so the fault is found
+# within MR_ASLEEP_BOUND seconds, not when they next progress (after their
+# sleep)
+MR_ASLEEP_BOUND=${MR_ASLEEP_BOUND:-2}
+t_detect_asleep() {
+    local kind=$1 side=$2 conn=$3 errmode=$4 MR_NET_MGMT=1
+    local role f w t_end t_fault dt wk i
+    [ "$conn" = address ] && MR_NET_MGMT=0
+    "$MR_BED" up --rails 2 --rate 500mbit
+    mr_pair_start 2 2 "$MR_FO_ENV" "$MR_FO_ENV" --conn "$conn" \
+        --err-mode "$errmode" --sizes "$MR_IDLE_SIZES" --sleep 6 || return 0
+    for ((i = 0; i < 200; i++)); do
+        [ -n "$(mr_event_wall "$MR_DIR/client.out" sleep_start 2>/dev/null)" ] &&
+            [ -n "$(mr_event_wall "$MR_DIR/server.out" sleep_start 2>/dev/null)" ] && break
+        sleep 0.1
+    done
+    sleep 1
+    t_fault=$(mr_now)
+    "$MR_BED" fault "$kind" 1 "$side"
+    mr_pair_wait "$MR_DIR"
+    mr_expect_clean "$MR_DIR"
+    for role in client server; do
+        f=$MR_DIR/$role.out
+        w=$(mr_failover_wall "$f" r1)
+        t_end=$(mr_event_wall "$f" sleep_end)
+        if [ -z "$w" ] || [ -z "$t_end" ]; then
+            mr_fail "$role: no failover of r1 ('$w') or no sleep_end ('$t_end')"
+            continue
+        fi
+        dt=$(mr_elapsed "$t_fault" "$w")
+        wk=$(grep -m1 "kind=sleep_end" "$f" |
+             sed -n 's/.*wakeups=\([0-9]*\).*/\1/p')
+        mr_note+=" ${role}_failover_after=${dt}s ${role}_wakeups=$wk"
+        awk -v w="$w" -v e="$t_end" 'BEGIN { exit !(w < e) }' ||
+            mr_fail "$role failed r1 over only after its sleep"
+        awk -v d="$dt" -v b="$MR_ASLEEP_BOUND" 'BEGIN { exit !(d < b) }' ||
+            mr_fail "$role took ${dt}s (bound ${MR_ASLEEP_BOUND}s)"
+    done
+}
+
 mr_detect_all() {
     mr_run_test detect_linkdown_r1_busy t_detect 2 down 1 a sockaddr peer busy
     mr_run_test detect_linkdown_r1_idle_address_none t_detect 2 down 1 b \
@@ -121,6 +163,10 @@ mr_detect_all() {
     mr_run_test detect_blackhole_r1_busy t_detect 2 blackhole 1 both sockaddr \
         peer busy
     mr_run_test detect_no_false_positive_loaded t_detect_no_false_positive 20
+    mr_run_test detect_asleep_blackhole_r1 t_detect_asleep blackhole both \
+        sockaddr peer
+    mr_run_test detect_asleep_linkdown_r1_address_none t_detect_asleep down b \
+        address none
     mr_run_test detect_64eps_blackhole_r1_idle t_detect_many_eps 64 blackhole \
         both
     mr_run_test detect_amlane_linkdown_errcb t_detect_amlane down 2

@@ -266,6 +266,8 @@ typedef struct ucp_failover_worker {
     int                       probe_scheduled; /* probe round queued */
     uint64_t                  probe_rounds;    /* probe rounds run */
     uint64_t                  probes_sent;     /* lanes probed, total */
+    uint64_t                  probe_wakeups;   /* user wakeups for rounds */
+    unsigned                  round_eps;       /* failover eps, last round */
     /* Rails (resource, peer) probed in the current round */
     khash_t(ucp_failover_rail_set) probed_rails;
     /* Rails whose every lane the next round probes (a lane on it failed) */
@@ -301,8 +303,11 @@ void ucp_failover_probe_stop(ucp_failover_worker_t *fw);
 uint64_t ucp_failover_rail_key(ucp_rsc_index_t rsc_index, uint64_t peer_uuid);
 
 
-/** Queue a probe round (which also runs lane recovery) */
-void ucp_failover_probe_schedule(ucp_failover_worker_t *fw);
+/**
+ * Queue a probe round (which also runs lane recovery); returns 1 if it was
+ * queued now, 0 if one was queued already
+ */
+int ucp_failover_probe_schedule(ucp_failover_worker_t *fw);
 
 
 /** A CLOSING message from the peer of @a ep */

@@ -79,16 +79,17 @@ static void ucp_failover_probe_lane(ucp_failover_worker_t *fw, ucp_ep_h ep,
     }
 }
 
-void ucp_failover_probe_schedule(ucp_failover_worker_t *fw)
+int ucp_failover_probe_schedule(ucp_failover_worker_t *fw)
 {
     if (fw->probe_scheduled) {
-        return;
+        return 0;
     }
 
     fw->probe_scheduled = 1;
     ucs_callbackq_add_safe(&fw->worker->uct->progress_q,
                            ucp_failover_probe_progress, fw,
                            UCS_CALLBACKQ_FLAG_ONESHOT);
+    return 1;
 }
 
 /*
@@ -112,12 +113,14 @@ static unsigned ucp_failover_probe_progress(void *arg)
     fw->probe_scheduled = 0;
     fw->walking         = 1;
     ++fw->probe_rounds;
+    fw->round_eps = 0;
     kh_clear(ucp_failover_rail_set, &fw->probed_rails);
     ucp_failover_recover_round_begin(fw);
     ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
         ep = ucp_ep_from_ext_gen(ep_ext);
         ucp_failover_recover_ep(fw, ep);
         ucp_failover_cm_check(fw, ep);
+        fw->round_eps += ucp_failover_probe_ep_ok(ep);
         for (lane = 0; ucp_failover_probe_ep_ok(ep) &&
                        (lane < ucp_ep_num_lanes(ep));
              ++lane) {
@@ -168,14 +171,23 @@ void ucp_failover_probe_rail(ucp_ep_h failed_ep, ucp_rsc_index_t rsc_index)
     UCS_ASYNC_UNBLOCK(&worker->async);
 }
 
-/* Async timer: a probe round is due; it runs from the worker's progress */
+/*
+ * Async timer: a probe round is due; it runs from the worker's progress. A
+ * user asleep in ucp_worker_wait() (or on the worker's event fd) is woken for
+ * it while the worker has failover endpoints, or a silent fault on an idle
+ * rail would stay unseen (and a failed rail unprobed) until the application
+ * next progresses. A worker whose last round found no failover endpoint is
+ * not woken.
+ */
 static void ucp_failover_probe_timer(int id, ucs_event_set_types_t events,
                                      void *arg)
 {
     ucp_failover_worker_t *fw = arg;
 
-    if (fw->worker->num_all_eps != 0) {
-        ucp_failover_probe_schedule(fw);
+    if ((fw->worker->num_all_eps != 0) && ucp_failover_probe_schedule(fw) &&
+        ((fw->round_eps != 0) || (fw->probe_rounds == 0))) {
+        ++fw->probe_wakeups;
+        ucp_worker_signal_internal(fw->worker);
     }
 }
 

@@ -16,6 +16,7 @@
  *   START  role=... conn=... err_mode=... apis=... sizes=...
  *   TL     t=... wall=... msgs=... bytes=... <rail>_tx=... <rail>_rx=...
  *   EVENT  t=... wall=... kind=error_cb|op_error|hang|... status="..."
+ *   SLOW   api=... size=... phase=... post=WALL done=WALL (--slow-log)
  *   RESULT role=... status=ok|violation|error|hang ...
  * Exit code: 0 ok, 1 violation, 2 error callback or failed operation,
  *            3 hang, 4 usage or setup failure.
@@ -31,6 +32,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -122,6 +125,8 @@ struct op {
     uint64_t     post_idx; /* tag receive: order of posting */
     uint64_t     result;   /* AMO fetched value */
     am_hdr_t     hdr;      /* AM header, valid until the send completes */
+    double       t_post;   /* wall clock: posted (RMA: this phase) */
+    double       t_done;   /* wall clock: completion callback */
 };
 
 static struct {
@@ -147,6 +152,8 @@ static struct {
     int          tag_recvs;
     int          inject;      /* self-test: break the tag stream on purpose */
     int          extra_eps;   /* idle endpoints to the peer (address mode) */
+    double       sleep;       /* sleep on the event fd before the traffic */
+    double       slow_log;    /* client: log ops slower than this (sec) */
     uint64_t     inject_seq;
 
     /* state */
@@ -478,6 +485,18 @@ static void op_complete(op_t *op, ucs_status_t status)
 {
     op->status = status;
     op->done   = 1;
+    op->t_done = wall();
+}
+
+/* --slow-log: one SLOW record per client operation (RMA: per phase) that took
+ * at least that long, for the benchmarks' fault-to-completion times */
+static void op_slow_log(const op_t *op)
+{
+    if ((g.slow_log > 0) && (op->t_done - op->t_post >= g.slow_log)) {
+        printf("SLOW api=%s size=%zu phase=%d post=%.6f done=%.6f\n",
+               api_names[op->api], op->size, op->phase, op->t_post,
+               op->t_done);
+    }
 }
 
 static void send_cb(void *request, ucs_status_t status, void *user_data)
@@ -601,7 +620,8 @@ static void init_ucp(void)
 
     params.field_mask = UCP_PARAM_FIELD_FEATURES;
     params.features   = UCP_FEATURE_TAG | UCP_FEATURE_AM | UCP_FEATURE_STREAM |
-                        UCP_FEATURE_RMA | UCP_FEATURE_AMO64;
+                        UCP_FEATURE_RMA | UCP_FEATURE_AMO64 |
+                        ((g.sleep > 0) ? UCP_FEATURE_WAKEUP : 0);
     status = ucp_init(&params, NULL, &g.context);
     if (status != UCS_OK) {
         die("ucp_init failed: %s", ucs_status_string(status));
@@ -968,6 +988,13 @@ static void ctrl_recv_cancel(op_t *op)
  * ------------------------------------------------------------------------ */
 
 static uint8_t *g_scratch;
+static volatile sig_atomic_t g_stop; /* SIGUSR1: end the traffic now */
+
+static void on_sigusr1(int signo)
+{
+    g_stop = 1;
+}
+
 static unsigned g_am_rndv_outstanding;
 
 typedef struct {
@@ -1176,6 +1203,51 @@ static void stream_recv_progress(void)
     }
 }
 
+/*
+ * --sleep: block on the worker's event fd as ucp_worker_wait() does, and
+ * progress only when woken, for that many seconds (bounded: the poll times out
+ * at the end of the phase). Shows that the library wakes a sleeping
+ * application when it has work (probes, a failover) to do.
+ */
+static void sleep_phase(void)
+{
+    double end        = now() + g.sleep;
+    uint64_t wakeups  = 0, busy = 0;
+    struct pollfd pfd = {0};
+    ucs_status_t status;
+    int ret;
+
+    if (g.sleep <= 0) {
+        return;
+    }
+
+    status = ucp_worker_get_efd(g.worker, &pfd.fd);
+    if (status != UCS_OK) {
+        die("ucp_worker_get_efd failed: %s", ucs_status_string(status));
+    }
+    pfd.events = POLLIN;
+    event("sleep_start", "secs=%.3f", g.sleep);
+    while (!g.err_cb && (now() < end)) {
+        status = ucp_worker_arm(g.worker);
+        if (status == UCS_ERR_BUSY) {
+            ++busy;
+            progress();
+            continue;
+        } else if (status != UCS_OK) {
+            die("ucp_worker_arm failed: %s", ucs_status_string(status));
+        }
+        ret = poll(&pfd, 1, (int)((end - now()) * 1000) + 1);
+        if (ret == 1) {
+            ++wakeups;
+            progress();
+        } else if ((ret < 0) && (errno != EINTR)) {
+            die("poll failed: %s", strerror(errno));
+        }
+    }
+    event("sleep_end", "wakeups=%" PRIu64 " busy=%" PRIu64, wakeups, busy);
+    g.last_progress = now();
+}
+
 static int server_expected_all(void)
 {
     int api;
@@ -1256,6 +1328,7 @@ static int run_server(void)
     if (status != UCS_OK) {
         event("setup_failed", "status=\"%s\"", ucs_status_string(status));
     }
+    sleep_phase();
 
     /* receive until FIN says how much was sent and all of it arrived */
     deadline = 0;
@@ -1359,6 +1432,8 @@ static void issue_send(op_t *op, int api)
     op->api    = api;
     op->seq    = seq;
     op->size   = size_of(api, seq);
+    op->phase  = 0;
+    op->t_post = wall();
 
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA;
@@ -1406,6 +1481,7 @@ static void rma_step(op_t *op)
     param.cb.send      = send_cb;
     param.user_data    = op;
     op->done           = 0;
+    op->t_post         = wall();
     if (op->req != NULL) {
         ucp_request_free(op->req);
         op->req = NULL;
@@ -1454,6 +1530,8 @@ static void amo_start(op_t *op)
     op->api            = API_AMO;
     op->seq            = g.sent[API_AMO]++;
     op->result         = UINT64_MAX;
+    op->phase          = 0;
+    op->t_post         = wall();
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
                          UCP_OP_ATTR_FIELD_USER_DATA |
                          UCP_OP_ATTR_FIELD_DATATYPE |
@@ -1472,6 +1550,7 @@ static int client_complete(op_t *op)
 {
     int intact;
 
+    op_slow_log(op);
     if (check_status(op, op->api == API_RMA ? "rma" : "send") != 0) {
         op_release(op);
         return 1;
@@ -1604,12 +1683,13 @@ static int run_client(void)
     }
     g.remote_addr = setup.rma_addr;
     g.region_size = MRC_RMA_OFFSET + g.max_size;
+    sleep_phase();
 
     /* stream traffic, a window of operations at a time */
     g.t0 = now();
     end  = g.t0 + g.duration;
     g.last_progress = now();
-    while (!g.err_cb && !g.hang && (now() < end) &&
+    while (!g.err_cb && !g.hang && (now() < end) && !g_stop &&
            ((g.count == 0) || (total < g.count))) {
         issued = 0;
         for (i = 0; (i < API_LAST) && !issued; ++i) {
@@ -1845,6 +1925,12 @@ static void usage(void)
 "  --extra-eps N            --conn address: N more (idle) endpoints to the peer\n"
 "  --settle SEC             server: after the client's last message, how long\n"
 "                           a missing message may still arrive (default 3)\n"
+"  --sleep SEC              before the traffic, sleep on the worker's event\n"
+"                           fd (as ucp_worker_wait()) for SEC, progressing\n"
+"                           only when woken (EVENT sleep_end wakeups=N)\n"
+"  --slow-log MS            client: a SLOW record (post and completion wall\n"
+"                           times) per operation that took >= MS\n"
+"  SIGUSR1 ends the client's traffic as if --duration had passed\n"
 "  --inject KIND@N          client self-test: skip|dup|swap|corrupt the tag\n"
 "                           message with sequence number N\n");
     exit(4);
@@ -1927,12 +2013,15 @@ int main(int argc, char **argv)
         {"inject", required_argument, 0, 'I'},
         {"settle", required_argument, 0, 'W'},
         {"extra-eps", required_argument, 0, 'X'},
+        {"sleep", required_argument, 0, 'Z'},
+        {"slow-log", required_argument, 0, 'L'},
         {0, 0, 0, 0}
     };
     int c, api, any_api = 0, rc;
     char sizes_str[512] = "", apis_str[64] = "";
 
     setvbuf(stdout, NULL, _IOLBF, 0);
+    signal(SIGUSR1, on_sigusr1);
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'S': g.server = 1; break;
@@ -1968,6 +2057,8 @@ int main(int argc, char **argv)
         case 'T': g.connect_timeout = atof(optarg); break;
         case 'W': g.settle = atof(optarg); break;
         case 'X': g.extra_eps = atoi(optarg); break;
+        case 'Z': g.sleep = atof(optarg); break;
+        case 'L': g.slow_log = atof(optarg) / 1000.0; break;
         case 'I': {
             char *at = strchr(optarg, '@');
             if (at == NULL) {

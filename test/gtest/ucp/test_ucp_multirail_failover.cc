@@ -272,6 +272,7 @@ extern "C" {
 #include <uct/base/uct_iface.h>
 #include <uct/tcp/tcp.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 }
 
 /*
@@ -863,6 +864,92 @@ UCS_TEST_P(test_ucp_multirail_detect_user_tmo, user_value_kept)
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect_user_tmo, tcp, "tcp")
+
+
+/*
+ * A user asleep on the worker's event fd (ucp_worker_wait()) is woken for the
+ * probe rounds, so a silent fault on an idle rail is found while it sleeps.
+ */
+class test_ucp_multirail_detect_wakeup : public test_ucp_multirail_detect {
+public:
+    static void get_test_variants(std::vector<ucp_test_variant> &variants)
+    {
+        add_variant_with_value(variants, UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+                               ERR_MODE_PEER, "peer");
+        add_variant_with_value(variants, UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP,
+                               ERR_MODE_NONE, "none");
+    }
+
+protected:
+    /* arm the sender's worker and sleep on its event fd, as
+     * ucp_worker_wait() does, for at most @a sec; true if woken */
+    bool sleep_on_efd(double sec)
+    {
+        ucp_worker_h worker = sender().worker();
+        struct pollfd pfd   = {};
+        ucs_status_t status;
+
+        status = ucp_worker_get_efd(worker, &pfd.fd);
+        if (status != UCS_OK) {
+            ADD_FAILURE() << "ucp_worker_get_efd: "
+                          << ucs_status_string(status);
+            return false;
+        }
+        while ((status = ucp_worker_arm(worker)) == UCS_ERR_BUSY) {
+            ucp_worker_progress(worker);
+        }
+        EXPECT_UCS_OK(status);
+        pfd.events = POLLIN;
+        return poll(&pfd, 1, (int)(sec * 1000)) == 1;
+    }
+};
+
+UCS_TEST_P(test_ucp_multirail_detect_wakeup, probe_round_wakes_sleeper)
+{
+    ucp_failover_worker_t *fw = sender().worker()->failover;
+
+    ASSERT_TRUE(fw != NULL);
+    for (int i = 0; i < 3; ++i) {
+        uint64_t probes = fw->probes_sent, wakeups = fw->probe_wakeups;
+        /* nothing else can wake it: no traffic, the peer does not progress */
+        ASSERT_TRUE(sleep_on_efd(2.0)) << "not woken for a probe round";
+        ucp_worker_progress(sender().worker());
+        EXPECT_GT(fw->probe_wakeups, wakeups);
+        EXPECT_GT(fw->probes_sent, probes);
+    }
+    EXPECT_EQ(0u, num_failed(sender().ep()));
+    EXPECT_EQ(0u, m_err_count);
+}
+
+UCS_TEST_P(test_ucp_multirail_detect_wakeup, silent_fault_found_asleep)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    uct_iface_h iface     = sender().ep()->uct_eps[lane]->iface;
+    uct_ep_check_func_t orig_check = iface->ops.ep_check;
+    ucs_time_t deadline   = ucs_get_time() + ucs_time_from_sec(5.0);
+
+    iface->ops.ep_check = ep_check_fails;
+    while (!(ucp_ep_ext_control(sender().ep())->failover.failed_lanes &
+             UCS_BIT(lane)) &&
+           (ucs_get_time() < deadline)) {
+        /* only the sender sleeps and progresses */
+        if (!sleep_on_efd(5.0)) {
+            break;
+        }
+        for (int i = 0; i < 10; ++i) {
+            ucp_worker_progress(sender().worker());
+        }
+    }
+    iface->ops.ep_check = orig_check;
+    EXPECT_TRUE(ucp_ep_ext_control(sender().ep())->failover.failed_lanes &
+                UCS_BIT(lane));
+    wait_peer_failed(receiver(), 1);
+    exchange(1 << 20, 2);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect_wakeup, tcp, "tcp")
 
 
 /*
