@@ -51,7 +51,8 @@ mr_gtest_devorder() {
        ! [[ gtest_tcp_device_order == $MR_FILTER ]] &&
        ! [[ gtest_lane_failover == $MR_FILTER ]] &&
        ! [[ gtest_lane_detect == $MR_FILTER ]] &&
-       ! [[ gtest_lane_recover == $MR_FILTER ]]; then
+       ! [[ gtest_lane_recover == $MR_FILTER ]] &&
+       ! [[ gtest_lane_traffic == $MR_FILTER ]]; then
         return 0
     fi
     ip netns del "$ns" 2>/dev/null || true
@@ -73,6 +74,8 @@ mr_gtest_devorder() {
     # lane failover between two workers needs two devices for two lanes
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
+    UCX_NET_DEVICES=d0x,d1x \
+        mr_gtest lane_traffic 'tcp/test_ucp_multirail_traffic.*' "$ns"
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_detect 'tcp/test_ucp_multirail_detect*' "$ns"
     UCX_NET_DEVICES=d0x,d1x \

@@ -325,7 +325,7 @@ protected:
     {
         ucp_ep_params_t params = {};
 
-        if (get_variant_value() == ERR_MODE_PEER) {
+        if ((get_variant_value() & 1) == ERR_MODE_PEER) {
             params.field_mask      = UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
                                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
             params.err_mode        = UCP_ERR_HANDLING_MODE_PEER;
@@ -516,6 +516,453 @@ UCS_TEST_P(test_ucp_multirail_failover, off_is_stock, "MULTIRAIL_FAILOVER=n")
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_failover, tcp, "tcp")
+
+
+/*
+ * A data lane fails while each kind of traffic is in flight: tag eager single
+ * and multi-fragment, rendezvous (put scheme and the default), AM, stream,
+ * RMA put (with flush) and get, atomics and flush. The failure is injected on
+ * the initiator's or the target's side once the first operation has
+ * completed, so the rest are queued or in flight. Every byte is checked,
+ * every message must arrive exactly once, no error callback may fire and the
+ * endpoint must live on, with the peer agreeing on the failed lane.
+ */
+class test_ucp_multirail_traffic : public test_ucp_multirail_failover {
+public:
+    enum {
+        SIDE_INITIATOR = 0,
+        SIDE_TARGET    = 2
+    };
+
+    static void get_test_variants(std::vector<ucp_test_variant> &variants)
+    {
+        uint64_t features = UCP_FEATURE_TAG | UCP_FEATURE_AM |
+                            UCP_FEATURE_STREAM | UCP_FEATURE_RMA |
+                            UCP_FEATURE_AMO64;
+
+        add_variant_with_value(variants, features,
+                               ERR_MODE_PEER | SIDE_INITIATOR, "peer/init");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_NONE | SIDE_INITIATOR, "none/init");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_PEER | SIDE_TARGET, "peer/target");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_NONE | SIDE_TARGET, "none/target");
+    }
+
+    test_ucp_multirail_traffic() : m_done(0), m_region(NULL), m_memh(NULL),
+                                   m_rkey(NULL)
+    {
+    }
+
+    void init()
+    {
+        test_ucp_multirail_failover::init();
+        skip_unless_two_lanes();
+    }
+
+    void cleanup()
+    {
+        if (m_rkey != NULL) {
+            ucp_rkey_destroy(m_rkey);
+        }
+        if (m_memh != NULL) {
+            receiver().mem_unmap(m_memh);
+        }
+        test_ucp_multirail_failover::cleanup();
+    }
+
+protected:
+    entity &failing()
+    {
+        return (get_variant_value() & SIDE_TARGET) ? receiver() : sender();
+    }
+
+    /* A lane that carries data, if there is one: a bandwidth lane that is
+     * not the am lane (else any lane that may fail alone) */
+    static ucp_lane_index_t busy_lane(ucp_ep_h ep)
+    {
+        const ucp_ep_config_key_t &key = ucp_ep_config(ep)->key;
+
+        for (int i = 0; i < UCP_MAX_LANES; ++i) {
+            ucp_lane_index_t lanes[] = {key.rma_bw_lanes[i],
+                                        key.am_bw_lanes[i]};
+            for (ucp_lane_index_t lane : lanes) {
+                if ((lane != UCP_NULL_LANE) &&
+                    (lane != ucp_ep_get_am_lane(ep)) &&
+                    (lane != ucp_ep_get_cm_lane(ep))) {
+                    return lane;
+                }
+            }
+        }
+        return data_lane(ep);
+    }
+
+    /* once @a min operations completed (or at once if they all have), fail
+     * a busy lane on the chosen side; the rest is queued or in flight */
+    void fail_mid_traffic(size_t min = 1)
+    {
+        ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+
+        while ((m_done < min) && (ucs_get_time() < deadline)) {
+            progress();
+        }
+        fail_lane(failing(), busy_lane(failing().ep()));
+    }
+
+    /* after the traffic: the peer agreed, nobody was told of an error, the
+     * endpoints live and carry traffic */
+    void check_survived()
+    {
+        entity &peer = (&failing() == &sender()) ? receiver() : sender();
+
+        EXPECT_EQ(1u, num_failed(failing().ep()));
+        wait_peer_failed(peer, 1);
+        exchange(1 << 20, 1);
+        exchange(8, 2);
+        EXPECT_EQ(0u, m_err_count);
+        EXPECT_FALSE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
+        EXPECT_FALSE(receiver().ep()->flags & UCP_EP_FLAG_FAILED);
+    }
+
+    static void fill(std::vector<char> &buf, size_t size, int seed)
+    {
+        buf.resize(size);
+        for (size_t i = 0; i < size; ++i) {
+            buf[i] = (char)(i * 13 + seed * 7 + (i >> 8));
+        }
+    }
+
+    ucp_request_param_t counting_param()
+    {
+        ucp_request_param_t param = {};
+
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK |
+                             UCP_OP_ATTR_FIELD_USER_DATA;
+        param.user_data    = this;
+        return param;
+    }
+
+    static void send_done(void *req, ucs_status_t status, void *arg)
+    {
+        static_cast<test_ucp_multirail_traffic*>(arg)->m_done++;
+    }
+
+    static void tag_recv_done(void *req, ucs_status_t status,
+                              const ucp_tag_recv_info_t *info, void *arg)
+    {
+        static_cast<test_ucp_multirail_traffic*>(arg)->m_done++;
+    }
+
+    void tag_traffic(size_t size, int count)
+    {
+        std::vector<std::vector<char> > sbufs(count), rbufs(count);
+        ucp_request_param_t sparam = counting_param();
+        ucp_request_param_t rparam = counting_param();
+        std::vector<void*> reqs;
+
+        sparam.cb.send = send_done;
+        rparam.cb.recv = tag_recv_done;
+        for (int i = 0; i < count; ++i) {
+            fill(sbufs[i], size, i);
+            rbufs[i].assign(size, 0);
+            reqs.push_back(ucp_tag_recv_nbx(receiver().worker(),
+                                            rbufs[i].data(), size, i,
+                                            (ucp_tag_t)-1, &rparam));
+        }
+        for (int i = 0; i < count; ++i) {
+            reqs.push_back(ucp_tag_send_nbx(sender().ep(), sbufs[i].data(),
+                                            size, i, &sparam));
+        }
+        fail_mid_traffic();
+        ASSERT_UCS_OK(requests_wait(reqs));
+        for (int i = 0; i < count; ++i) {
+            EXPECT_TRUE(sbufs[i] == rbufs[i]) << "message " << i;
+        }
+        check_survived();
+    }
+
+    /* AM: every message delivered once, the rendezvous ones fetched */
+    static void am_data_done(void *req, ucs_status_t status, size_t length,
+                             void *arg)
+    {
+        static_cast<test_ucp_multirail_traffic*>(arg)->m_done++;
+    }
+
+    static ucs_status_t am_cb(void *arg, const void *header,
+                              size_t header_length, void *data, size_t length,
+                              const ucp_am_recv_param_t *param)
+    {
+        test_ucp_multirail_traffic *self =
+                static_cast<test_ucp_multirail_traffic*>(arg);
+        int seq = *static_cast<const int*>(header);
+
+        EXPECT_EQ(sizeof(int), header_length);
+        if ((seq < 0) || (seq >= (int)self->m_am_rbufs.size())) {
+            ADD_FAILURE() << "AM with sequence " << seq;
+            return UCS_OK;
+        }
+
+        ++self->m_am_count[seq];
+        self->m_am_rbufs[seq].resize(length);
+        if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+            memcpy(self->m_am_rbufs[seq].data(), data, length);
+            ++self->m_done;
+            return UCS_OK;
+        }
+
+        ucp_request_param_t rparam = self->counting_param();
+        rparam.cb.recv_am          = am_data_done;
+        void *req = ucp_am_recv_data_nbx(self->receiver().worker(), data,
+                                         self->m_am_rbufs[seq].data(), length,
+                                         &rparam);
+        if (UCS_PTR_IS_PTR(req)) {
+            self->m_am_reqs.push_back(req);
+        } else {
+            EXPECT_UCS_OK(UCS_PTR_STATUS(req));
+            ++self->m_done;
+        }
+        return UCS_OK;
+    }
+
+    void am_traffic(size_t size, int count)
+    {
+        std::vector<std::vector<char> > sbufs(count);
+        std::vector<int> hdrs(count);
+        ucp_request_param_t sparam = counting_param();
+        ucp_am_handler_param_t hparam = {};
+        std::vector<void*> reqs;
+
+        hparam.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID |
+                            UCP_AM_HANDLER_PARAM_FIELD_CB |
+                            UCP_AM_HANDLER_PARAM_FIELD_ARG;
+        hparam.id         = 7;
+        hparam.cb         = am_cb;
+        hparam.arg        = this;
+        ASSERT_UCS_OK(ucp_worker_set_am_recv_handler(receiver().worker(),
+                                                     &hparam));
+        m_am_rbufs.assign(count, std::vector<char>());
+        m_am_count.assign(count, 0);
+        sparam.cb.send = send_done;
+        for (int i = 0; i < count; ++i) {
+            fill(sbufs[i], size, i);
+            hdrs[i] = i;
+            reqs.push_back(ucp_am_send_nbx(sender().ep(), 7, &hdrs[i],
+                                           sizeof(int), sbufs[i].data(), size,
+                                           &sparam));
+        }
+        fail_mid_traffic();
+        ASSERT_UCS_OK(requests_wait(reqs));
+        wait_for_value(&m_done, (size_t)(2 * count));
+        ASSERT_UCS_OK(requests_wait(m_am_reqs));
+        for (int i = 0; i < count; ++i) {
+            EXPECT_EQ(1, m_am_count[i]) << "AM " << i << " deliveries";
+            EXPECT_TRUE(sbufs[i] == m_am_rbufs[i]) << "AM " << i;
+        }
+        check_survived();
+    }
+
+    void stream_traffic(size_t size, int count)
+    {
+        std::vector<char> sall, rall(size * count, 0);
+        std::vector<std::vector<char> > sbufs(count);
+        ucp_request_param_t sparam = counting_param();
+        ucp_request_param_t rparam = {};
+        std::vector<void*> reqs;
+        size_t length;
+
+        sparam.cb.send = send_done;
+        for (int i = 0; i < count; ++i) {
+            fill(sbufs[i], size, i);
+            sall.insert(sall.end(), sbufs[i].begin(), sbufs[i].end());
+            reqs.push_back(ucp_stream_send_nbx(sender().ep(), sbufs[i].data(),
+                                               size, &sparam));
+        }
+        fail_mid_traffic();
+        rparam.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+        rparam.flags        = UCP_STREAM_RECV_FLAG_WAITALL;
+        reqs.push_back(ucp_stream_recv_nbx(receiver().ep(), rall.data(),
+                                           rall.size(), &length, &rparam));
+        ASSERT_UCS_OK(requests_wait(reqs));
+        EXPECT_TRUE(sall == rall);
+        check_survived();
+    }
+
+    /* the receiver's memory, mapped, its key unpacked on the sender */
+    void map_region(size_t size)
+    {
+        void *rkey_buf;
+        size_t rkey_size;
+
+        m_region_buf.assign(size, 0);
+        m_memh = receiver().mem_map(m_region_buf.data(), size);
+        ASSERT_UCS_OK(ucp_rkey_pack(receiver().ucph(), m_memh, &rkey_buf,
+                                    &rkey_size));
+        ASSERT_UCS_OK(ucp_ep_rkey_unpack(sender().ep(), rkey_buf, &m_rkey));
+        ucp_rkey_buffer_release(rkey_buf);
+        m_region = m_region_buf.data();
+    }
+
+    uint64_t remote(size_t offset)
+    {
+        return (uintptr_t)m_region + offset;
+    }
+
+    void rma_put(size_t size, int count, bool flush_at_once)
+    {
+        std::vector<std::vector<char> > sbufs(count);
+        ucp_request_param_t sparam = counting_param();
+        std::vector<void*> reqs;
+
+        map_region(size * count);
+        sparam.cb.send = send_done;
+        for (int i = 0; i < count; ++i) {
+            fill(sbufs[i], size, i);
+            reqs.push_back(ucp_put_nbx(sender().ep(), sbufs[i].data(), size,
+                                       remote(i * size), m_rkey, &sparam));
+        }
+        if (flush_at_once) {
+            /* a flush in flight when the lane fails */
+            reqs.push_back(ucp_ep_flush_nbx(sender().ep(), &sparam));
+            fail_lane(failing(), busy_lane(failing().ep()));
+        } else {
+            fail_mid_traffic();
+            reqs.push_back(ucp_ep_flush_nbx(sender().ep(), &sparam));
+        }
+        ASSERT_UCS_OK(requests_wait(reqs));
+        for (int i = 0; i < count; ++i) {
+            EXPECT_TRUE(std::equal(sbufs[i].begin(), sbufs[i].end(),
+                                   m_region + i * size))
+                    << "put " << i;
+        }
+        check_survived();
+    }
+
+    void rma_get(size_t size, int count)
+    {
+        std::vector<std::vector<char> > rbufs(count);
+        std::vector<char> expected;
+        ucp_request_param_t param = counting_param();
+        std::vector<void*> reqs;
+
+        map_region(size * count);
+        for (int i = 0; i < count; ++i) {
+            fill(expected, size, i);
+            std::copy(expected.begin(), expected.end(), m_region + i * size);
+            rbufs[i].assign(size, 0);
+        }
+        param.cb.send = send_done;
+        for (int i = 0; i < count; ++i) {
+            reqs.push_back(ucp_get_nbx(sender().ep(), rbufs[i].data(), size,
+                                       remote(i * size), m_rkey, &param));
+        }
+        fail_mid_traffic();
+        ASSERT_UCS_OK(requests_wait(reqs));
+        for (int i = 0; i < count; ++i) {
+            fill(expected, size, i);
+            EXPECT_TRUE(rbufs[i] == expected) << "get " << i;
+        }
+        check_survived();
+    }
+
+    /* fetch-and-add: each executed exactly once */
+    void atomics(int count)
+    {
+        std::vector<uint64_t> results(count, UINT64_MAX);
+        ucp_request_param_t param = counting_param();
+        std::vector<void*> reqs;
+        uint64_t one              = 1;
+
+        map_region(sizeof(uint64_t));
+        param.op_attr_mask |= UCP_OP_ATTR_FIELD_DATATYPE |
+                              UCP_OP_ATTR_FIELD_REPLY_BUFFER;
+        param.datatype      = ucp_dt_make_contig(sizeof(uint64_t));
+        param.cb.send       = send_done;
+        for (int i = 0; i < count; ++i) {
+            param.reply_buffer = &results[i];
+            reqs.push_back(ucp_atomic_op_nbx(sender().ep(), UCP_ATOMIC_OP_ADD,
+                                             &one, 1, remote(0), m_rkey,
+                                             &param));
+        }
+        fail_mid_traffic();
+        ASSERT_UCS_OK(requests_wait(reqs));
+        std::sort(results.begin(), results.end());
+        for (int i = 0; i < count; ++i) {
+            EXPECT_EQ((uint64_t)i, results[i]) << "fetched values";
+        }
+        uint64_t final_value;
+        memcpy(&final_value, m_region, sizeof(final_value));
+        EXPECT_EQ((uint64_t)count, final_value) << "atomics executed";
+        check_survived();
+    }
+
+    volatile size_t                 m_done;
+    std::vector<std::vector<char> > m_am_rbufs;
+    std::vector<int>                m_am_count;
+    std::vector<void*>              m_am_reqs;
+    std::vector<char>               m_region_buf;
+    char                            *m_region;
+    ucp_mem_h                       m_memh;
+    ucp_rkey_h                      m_rkey;
+};
+
+UCS_TEST_P(test_ucp_multirail_traffic, tag_eager_single)
+{
+    tag_traffic(8, 200);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, tag_eager_multi, "RNDV_THRESH=1m")
+{
+    tag_traffic(200000, 16);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, tag_rndv)
+{
+    tag_traffic(4 << 20, 8);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, tag_rndv_put,
+           "RNDV_SCHEME=put_zcopy")
+{
+    tag_traffic(4 << 20, 8);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, am_eager, "RNDV_THRESH=1m")
+{
+    am_traffic(100000, 16);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, am_rndv)
+{
+    am_traffic(4 << 20, 8);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, stream)
+{
+    stream_traffic(300000, 16);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, rma_put)
+{
+    rma_put(1 << 20, 16, false);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, rma_put_flush_in_flight)
+{
+    rma_put(1 << 20, 16, true);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, rma_get)
+{
+    rma_get(1 << 20, 16);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, atomics)
+{
+    atomics(200);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_traffic, tcp, "tcp")
 
 
 /*
