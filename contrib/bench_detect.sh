@@ -94,12 +94,15 @@ eps_cycles() {
     times=$MRFO_RESULTS/eps$n-$kind-$side.times
     : >"$times"
     "$MR_BED" up --rails 2 --rate 500mbit
+    local duration=$((cycles * (settle + 6) + 60))
+    # the processes' own time bound (lib.sh's default is 120 s)
+    local MR_TIMEOUT=$((duration + 180))
     # shellcheck disable=SC2086
     mr_server_start "$MR_DIR" 2 $env_fo -- "${args[@]}" ||
         { echo "eps $kind: server did not start" >&2; return 1; }
     # shellcheck disable=SC2086
     mr_client_start "$MR_DIR" 2 $env_fo -- "${args[@]}" --slow-log 10 \
-        --duration $((cycles * (settle + 6) + 60))
+        --duration "$duration"
     for ((i = 0; i < 600; i++)); do
         grep -q "^EXTRA_EPS" "$MR_DIR/client.out" 2>/dev/null && break
         sleep 0.1
