@@ -184,8 +184,14 @@ static void ucp_failover_probe_timer(int id, ucs_event_set_types_t events,
 {
     ucp_failover_worker_t *fw = arg;
 
-    if ((fw->worker->num_all_eps != 0) && ucp_failover_probe_schedule(fw) &&
-        ((fw->round_eps != 0) || (fw->probe_rounds == 0))) {
+    if (fw->worker->num_all_eps == 0) {
+        return;
+    }
+
+    /* also when a round was queued already (from the async side, e.g. by a
+     * transport error, without a signal): the user may be asleep on it */
+    ucp_failover_probe_schedule(fw);
+    if ((fw->round_eps != 0) || (fw->probe_rounds == 0)) {
         ++fw->probe_wakeups;
         ucp_worker_signal_internal(fw->worker);
     }
