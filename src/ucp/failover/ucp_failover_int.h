@@ -303,11 +303,8 @@ void ucp_failover_probe_stop(ucp_failover_worker_t *fw);
 uint64_t ucp_failover_rail_key(ucp_rsc_index_t rsc_index, uint64_t peer_uuid);
 
 
-/**
- * Queue a probe round (which also runs lane recovery); returns 1 if it was
- * queued now, 0 if one was queued already
- */
-int ucp_failover_probe_schedule(ucp_failover_worker_t *fw);
+/** Queue a probe round (which also runs lane recovery) */
+void ucp_failover_probe_schedule(ucp_failover_worker_t *fw);
 
 
 /** A CLOSING message from the peer of @a ep */

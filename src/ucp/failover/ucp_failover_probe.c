@@ -79,17 +79,16 @@ static void ucp_failover_probe_lane(ucp_failover_worker_t *fw, ucp_ep_h ep,
     }
 }
 
-int ucp_failover_probe_schedule(ucp_failover_worker_t *fw)
+void ucp_failover_probe_schedule(ucp_failover_worker_t *fw)
 {
     if (fw->probe_scheduled) {
-        return 0;
+        return;
     }
 
     fw->probe_scheduled = 1;
     ucs_callbackq_add_safe(&fw->worker->uct->progress_q,
                            ucp_failover_probe_progress, fw,
                            UCS_CALLBACKQ_FLAG_ONESHOT);
-    return 1;
 }
 
 /*
