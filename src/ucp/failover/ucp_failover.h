@@ -37,6 +37,9 @@ typedef struct ucp_multirail_config {
     double        reprobe_max_interval;
     /** UCX_MULTIRAIL_REPROBE_MAX_ATTEMPTS: re-probes per failure, or inf */
     unsigned long reprobe_max_attempts;
+    /** UCX_MULTIRAIL_RETAIN: bound of unacknowledged ordered messages kept
+     *  per endpoint for sending again, bytes */
+    size_t        retain;
 } ucp_multirail_config_t;
 
 
@@ -89,6 +92,7 @@ typedef struct ucp_failover_ep {
     uint32_t         num_recoveries;           /* Lanes brought back */
     ucs_time_t       cm_deadline;              /* CM_PENDING decided then */
     struct ucp_failover_rec *rec;              /* Recovery state, or NULL */
+    struct ucp_failover_seq *seq;              /* Sequencing state, or NULL */
 } ucp_failover_ep_t;
 
 
@@ -213,6 +217,40 @@ int ucp_failover_uct_ep_error(ucp_worker_h worker, uct_ep_h uct_ep,
  * @return 1 if @a req was a failover message and is released, else 0.
  */
 int ucp_failover_request_ff(ucp_request_t *req);
+
+
+/**
+ * Interface attributes hook (after uct_iface_query): with failover enabled,
+ * the active message limits UCP sees leave room for the sequencing trailer.
+ */
+void ucp_failover_iface_attr(ucp_worker_h worker, uct_iface_attr_t *attr);
+
+
+/**
+ * Wireup hook: the endpoint is connected both ways. If it negotiated
+ * failover, its am lane starts sequencing its messages (exactly-once,
+ * in-order delivery across a change of the am lane).
+ */
+void ucp_failover_seq_ep_connected(ucp_ep_h ep);
+
+
+/**
+ * Endpoint creation hook (to a worker address): whether the endpoint must
+ * learn its peer endpoint's id at once, as failover's sequencing needs it.
+ */
+int ucp_failover_ep_needs_remote_id(ucp_ep_h ep);
+
+
+/**
+ * Discard hook: the transport endpoint a sequencing endpoint wraps (which
+ * is released), or @a uct_ep itself.
+ */
+uct_ep_h ucp_failover_seq_unwrap(uct_ep_h uct_ep);
+
+
+/** Lane lookup hook: whether @a uct_ep is a sequencing endpoint over
+ *  @a owned_ep */
+int ucp_failover_seq_is_owner(uct_ep_h uct_ep, uct_ep_h owned_ep);
 
 
 /** Whether @a lane of the endpoint failed over (it holds a failed stub) */

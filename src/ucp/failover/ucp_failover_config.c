@@ -12,6 +12,7 @@
 
 #include <ucs/debug/log.h>
 #include <ucs/sys/compiler_def.h>
+#include <ucs/sys/string.h>
 #include <ucs/time/time.h>
 
 
@@ -60,6 +61,14 @@ ucs_config_field_t ucp_multirail_config_table[] = {
    "lifetime of the endpoint; \"inf\" never gives up.",
    ucs_offsetof(ucp_multirail_config_t, reprobe_max_attempts),
    UCS_CONFIG_TYPE_ULUNITS},
+
+  {"MULTIRAIL_RETAIN", "1m",
+   "Per endpoint, how many bytes of ordered messages (everything sent on the am\n"
+   "lane) are kept until the peer acknowledges them, to be sent again if the am\n"
+   "lane fails. When the bound is reached, new messages wait (they are queued\n"
+   "as pending) until acknowledgements free room. At least 64k; \"inf\" never\n"
+   "holds messages back.",
+   ucs_offsetof(ucp_multirail_config_t, retain), UCS_CONFIG_TYPE_MEMUNITS},
 
   {NULL}
 };
@@ -118,6 +127,19 @@ ucs_status_t ucp_multirail_config_check(const ucp_multirail_config_t *config)
     if (config->reprobe_max_attempts == 0) {
         ucs_error("UCX_MULTIRAIL_REPROBE_MAX_ATTEMPTS must be at least 1 or "
                   "\"inf\"");
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->retain == UCS_MEMUNITS_AUTO) {
+        ucs_error("UCX_MULTIRAIL_RETAIN must be a size (at least 64k) or "
+                  "\"inf\", not \"auto\"");
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->retain < (64 * UCS_KBYTE)) {
+        ucs_error("UCX_MULTIRAIL_RETAIN must be at least 64k (got %zu bytes): "
+                  "a smaller bound would stall every endpoint on its "
+                  "acknowledgements", config->retain);
         return UCS_ERR_INVALID_PARAM;
     }
 

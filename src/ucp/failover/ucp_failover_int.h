@@ -20,6 +20,9 @@
 #include <net/if.h>
 
 
+typedef struct ucp_failover_seq ucp_failover_seq_t;
+
+
 /** The endpoint's failover state */
 ucp_failover_ep_t *ucp_failover_ep(ucp_ep_h ep);
 
@@ -50,6 +53,64 @@ void ucp_failover_reroute(ucp_request_t *req);
 void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
                                    ucp_lane_map_t failed,
                                    struct ucs_string_buffer *strb);
+
+
+/** A lane that can take over the am lane, ignoring @a failing; or
+ *  UCP_NULL_LANE */
+ucp_lane_index_t ucp_failover_am_survivor(ucp_ep_h ep, ucp_lane_map_t failing);
+
+
+/** Set the am lane of @a key to @a am_lane (am_bw slots follow it) */
+void ucp_failover_key_set_am_lane(ucp_ep_config_key_t *key,
+                                  ucp_lane_index_t am_lane,
+                                  struct ucs_string_buffer *strb);
+
+
+/** Sequencing state of the endpoint, created on first use (NULL: no memory) */
+ucp_failover_seq_t *ucp_failover_seq_get(ucp_ep_h ep);
+
+
+/** Release the sequencing state (endpoint destruction) */
+void ucp_failover_seq_cleanup(ucp_ep_h ep);
+
+
+/** Whether @a uct_ep is a sequencing endpoint */
+int ucp_failover_seq_ep_test(uct_ep_h uct_ep);
+
+
+/** Whether the endpoint sequences its am lane (so the am lane may fail) */
+int ucp_failover_seq_active(ucp_ep_h ep);
+
+
+/**
+ * The endpoint's configuration has a new am lane: the sequencing endpoint
+ * moves from @a old_lane to it, the requests pending on the old lane go to
+ * @a replay_q, and every message not acknowledged is sent again first (call
+ * ucp_failover_seq_resend() once the caller is done). Returns the old lane's
+ * transport endpoint, for the caller to discard.
+ */
+uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
+                                        ucs_queue_head_t *replay_q);
+
+
+/** Send what the sequencing endpoint holds back (after a lane change) */
+void ucp_failover_seq_resend(ucp_ep_h ep);
+
+
+/** In each probe round: install late, send owed acknowledgements */
+void ucp_failover_seq_round(ucp_ep_h ep);
+
+
+/** Tests: the number of the next message the endpoint delivers (0: none
+ *  received), the trailer's length, and a trailer as a peer packs it */
+uint32_t ucp_failover_seq_rx_expected(ucp_ep_h ep);
+size_t ucp_failover_seq_hdr_len(void);
+void ucp_failover_seq_pack_hdr(void *dest, uint64_t ep_id, uint32_t sn,
+                               uint8_t am_id);
+
+
+/** Sequencing counters of the endpoint, for ucp_ep_print_info() */
+void ucp_failover_seq_info(ucp_ep_h ep, struct ucs_string_buffer *strb);
 
 
 /** Failover messages (active message id UCP_AM_ID_FAILOVER) */

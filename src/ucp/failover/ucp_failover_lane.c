@@ -19,6 +19,7 @@
 #include <ucp/core/ucp_ep.inl>
 #include <ucp/core/ucp_request.h>
 #include <ucp/core/ucp_worker.h>
+#include <ucp/core/ucp_worker.inl>
 #include <ucp/wireup/address.h>
 #include <ucp/wireup/wireup.h>
 #include <ucp/wireup/wireup_ep.h>
@@ -53,6 +54,32 @@ static void ucp_failover_key_pin_am_bw(ucp_ep_config_key_t *key)
     }
 }
 
+void ucp_failover_key_set_am_lane(ucp_ep_config_key_t *key,
+                                  ucp_lane_index_t am_lane,
+                                  ucs_string_buffer_t *strb)
+{
+    ucp_lane_index_t old_am_lane = key->am_lane;
+
+    if (old_am_lane == am_lane) {
+        return;
+    }
+
+    if (strb != NULL) {
+        ucs_string_buffer_appendf(strb, " am:%d->%d", old_am_lane, am_lane);
+    }
+
+    key->am_lane = am_lane;
+    if (key->wireup_msg_lane == old_am_lane) {
+        key->wireup_msg_lane = am_lane;
+    }
+
+    /* the am_bw slots hold the am lane (ucp_failover_key_pin_am_bw) */
+    if (key->am_bw_lanes[0] == UCP_NULL_LANE) {
+        key->am_bw_lanes[0] = am_lane;
+    }
+    ucp_failover_key_pin_am_bw(key);
+}
+
 void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
                                const ucp_unpacked_address_t *remote_address,
                                const unsigned *addr_indices)
@@ -63,8 +90,12 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
     ucp_lane_index_t lane;
 
     if (fo->failed_lanes != 0) {
-        /* a connected endpoint keeps its failed lanes failed */
+        /* a connected endpoint keeps its failed lanes failed, and its am
+         * lane */
         ucp_failover_key_pin_am_bw(key);
+        if (ep->cfg_index != UCP_WORKER_CFG_INDEX_NULL) {
+            ucp_failover_key_set_am_lane(key, ucp_ep_get_am_lane(ep), NULL);
+        }
         ucp_failover_key_remove_lanes(key, fo->failed_lanes, &strb);
         ucs_debug("ep %p: re-selected lanes without failed lanes 0x%x:%s", ep,
                   fo->failed_lanes, ucs_string_buffer_cstr(&strb));
@@ -141,6 +172,7 @@ void ucp_failover_ep_lane_info_str(ucp_ep_h ep, ucp_lane_index_t lane,
 void ucp_failover_ep_print(ucp_ep_h ep, FILE *stream)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    UCS_STRING_BUFFER_ONSTACK(strb, 256);
 
     if (!ucp_failover_is_enabled(ep->worker->context)) {
         return;
@@ -155,6 +187,11 @@ void ucp_failover_ep_print(ucp_ep_h ep, FILE *stream)
             fo->num_redriven,
             (fo->flags & UCP_FAILOVER_EP_FLAG_CM_LOST) ?
             ", CM connection lost" : "");
+    if (fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) {
+        ucp_failover_seq_info(ep, &strb);
+        fprintf(stream, "#                 ordered messages: %s\n",
+                ucs_string_buffer_cstr(&strb));
+    }
 }
 
 /*
@@ -231,6 +268,47 @@ void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
     ucp_failover_replace_lane(&key->rkey_ptr_lane, failed, strb, "rkey_ptr");
 }
 
+/*
+ * A lane that can carry the ordered messages in place of the am lane: the
+ * first lane, in lane order, that is connected, not failed (nor in
+ * @a failing), not the CM lane, and whose transport sends active messages.
+ */
+ucp_lane_index_t ucp_failover_am_survivor(ucp_ep_h ep, ucp_lane_map_t failing)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    const uct_iface_attr_t *attr;
+    ucp_rsc_index_t rsc_index;
+    ucp_lane_index_t lane;
+    uct_ep_h uct_ep;
+
+    for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+        if (((fo->failed_lanes | failing) & UCS_BIT(lane)) ||
+            (lane == ucp_ep_get_cm_lane(ep)) ||
+            (lane == ucp_ep_get_am_lane(ep))) {
+            continue;
+        }
+
+        uct_ep = ep->uct_eps[lane];
+        if ((uct_ep == NULL) || (uct_ep == &ucp_failed_tl_ep) ||
+            ucp_wireup_ep_test(uct_ep)) {
+            continue;
+        }
+
+        rsc_index = ucp_ep_get_rsc_index(ep, lane);
+        if (rsc_index == UCP_NULL_RESOURCE) {
+            continue;
+        }
+
+        attr = ucp_worker_iface_get_attr(ep->worker, rsc_index);
+        if ((attr->cap.flags & UCT_IFACE_FLAG_AM_BCOPY) &&
+            (attr->cap.flags & UCT_IFACE_FLAG_CB_SYNC)) {
+            return lane;
+        }
+    }
+
+    return UCP_NULL_LANE;
+}
+
 static void
 ucp_failover_discarded_cb(void *request, ucs_status_t status, void *user_data)
 {
@@ -244,9 +322,11 @@ int ucp_failover_lane_can_fail(ucp_ep_h ep, ucp_lane_index_t lane)
            !(ep->flags & UCP_EP_FLAG_FAILED) &&
            (ep->cfg_index != UCP_WORKER_CFG_INDEX_NULL) &&
            (lane < ucp_ep_num_lanes(ep)) &&
-           /* the am lane carries the ordered control traffic: losing it is
-            * an endpoint failure until sequencing lands */
-           (lane != ucp_ep_get_am_lane(ep)) &&
+           /* the am lane carries the ordered messages: it can fail over when
+            * they are sequenced, to a lane that can carry them */
+           ((lane != ucp_ep_get_am_lane(ep)) ||
+            (ucp_failover_seq_active(ep) &&
+             (ucp_failover_am_survivor(ep, UCS_BIT(lane)) != UCP_NULL_LANE))) &&
            (lane != ucp_ep_get_cm_lane(ep)) &&
            !(fo->failed_lanes & UCS_BIT(lane)) &&
            /* a lane still being connected is wireup's business */
@@ -264,6 +344,7 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
     ucp_worker_cfg_index_t cfg_index;
     ucs_queue_head_t replay_q;
     ucp_ep_config_key_t key;
+    ucp_lane_index_t am_lane;
     ucp_rsc_index_t rsc_index;
     ucs_status_t cfg_status;
     uct_ep_h uct_ep;
@@ -274,7 +355,15 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
 
     ucs_string_buffer_appendf(&desc, "lane[%d] ", lane);
     ucp_ep_get_lane_info_str(ep, lane, &desc);
-    key = ucp_ep_config(ep)->key;
+    key     = ucp_ep_config(ep)->key;
+    am_lane = key.am_lane;
+    if (lane == am_lane) {
+        /* the ordered messages move to a surviving lane */
+        ucp_failover_key_set_am_lane(&key,
+                                     ucp_failover_am_survivor(ep,
+                                                              UCS_BIT(lane)),
+                                     &moved);
+    }
     ucp_failover_key_remove_lanes(&key, fo->failed_lanes | UCS_BIT(lane),
                                   &moved);
     cfg_status = ucp_worker_get_ep_config(worker, &key, 0, &cfg_index);
@@ -291,18 +380,27 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
     ++fo->num_failovers;
 
     /* From now on nothing reaches the lane's transport endpoint */
-    uct_ep            = ep->uct_eps[lane];
-    rsc_index         = ucp_ep_get_rsc_index(ep, lane);
+    rsc_index     = ucp_ep_get_rsc_index(ep, lane);
+    ep->cfg_index = cfg_index;
+    ep->am_lane   = key.am_lane; /* cached by the endpoint */
+    ucs_queue_head_init(&replay_q);
+    if (lane == am_lane) {
+        /* the sequencing endpoint moves to the new am lane, with the
+         * messages the peer did not acknowledge */
+        uct_ep = ucp_failover_seq_am_lane_moved(ep, lane, &replay_q);
+    } else {
+        uct_ep = ep->uct_eps[lane];
+    }
     ep->uct_eps[lane] = &ucp_failed_tl_ep;
-    ep->cfg_index     = cfg_index;
 
     /* Requests pending on the lane are taken out, and sent again under the
-     * new configuration, which puts them on surviving lanes */
-    ucs_queue_head_init(&replay_q);
+     * new configuration, which puts them on surviving lanes, after the
+     * ordered messages sent again */
     ucp_worker_discard_uct_ep(ep, uct_ep, rsc_index, UCT_FLUSH_FLAG_CANCEL,
                               ucp_request_purge_enqueue_cb, &replay_q,
                               ucp_failover_discarded_cb, NULL);
     num_replayed = ucs_queue_length(&replay_q);
+    ucp_failover_seq_resend(ep);
     ucp_failover_replay(ep, &replay_q);
 
     ucs_info("ep %p: %s failed (%s%s%s), endpoint continues on the other "

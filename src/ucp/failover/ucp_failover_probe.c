@@ -119,6 +119,8 @@ static unsigned ucp_failover_probe_progress(void *arg)
         ep = ucp_ep_from_ext_gen(ep_ext);
         ucp_failover_recover_ep(fw, ep);
         ucp_failover_cm_check(fw, ep);
+        ucp_failover_seq_ep_connected(ep);
+        ucp_failover_seq_round(ep);
         fw->round_eps += ucp_failover_probe_ep_ok(ep);
         for (lane = 0; ucp_failover_probe_ep_ok(ep) &&
                        (lane < ucp_ep_num_lanes(ep));

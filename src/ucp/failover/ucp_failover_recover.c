@@ -588,7 +588,10 @@ static void ucp_failover_lane_up(ucp_failover_rec_lane_t *rl)
         return;
     }
 
+    /* the am lane stays where it is: moving it back would let new ordered
+     * messages overtake those still in flight on the current one */
     key = worker->ep_config[fo->rec->orig_cfg_index].key;
+    ucp_failover_key_set_am_lane(&key, ucp_ep_get_am_lane(ep), NULL);
     ucp_failover_key_remove_lanes(&key, remaining, &moved);
     status = ucp_worker_get_ep_config(worker, &key, 0, &cfg_index);
     if (status != UCS_OK) {
@@ -938,6 +941,7 @@ void ucp_failover_ep_destroy(ucp_ep_h ep)
     ucp_lane_index_t lane;
     uct_ep_h uct_ep;
 
+    ucp_failover_seq_cleanup(ep);
     if (fo->rec == NULL) {
         return;
     }

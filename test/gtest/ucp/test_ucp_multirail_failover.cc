@@ -266,6 +266,7 @@ UCS_TEST_F(test_uct_tcp_device_order, sorted_by_name) {
 
 extern "C" {
 #include <ucp/core/ucp_ep.inl>
+#include <ucp/core/ucp_proxy_ep.h>
 #include <ucp/core/ucp_worker.inl>
 #include <ucp/failover/ucp_failover_int.h>
 #include <ucs/sys/dev_event.h>
@@ -368,6 +369,11 @@ protected:
     {
         uct_ep_h uct_ep = e.ep()->uct_eps[lane];
 
+        if (ucp_failover_seq_ep_test(uct_ep)) {
+            /* the am lane's transport endpoint, under the sequencing one */
+            uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
+        }
+
         ASSERT_FALSE(ucp_is_uct_ep_failed(uct_ep));
         UCS_TEST_MESSAGE << "failing lane[" << int(lane) << "]";
         uct_iface_handle_ep_err(uct_ep->iface, uct_ep,
@@ -422,6 +428,30 @@ protected:
         std::string str(buf, size);
         free(buf);
         return str;
+    }
+
+    /* a sequenced message for @a ep, as its peer would send it */
+    static std::vector<char> seq_message(ucp_ep_h ep, uint32_t sn, uint8_t id,
+                                         const void *hdr, size_t hdr_len,
+                                         const void *data, size_t len)
+    {
+        std::vector<char> msg(hdr_len + len + ucp_failover_seq_hdr_len());
+
+        memcpy(msg.data(), hdr, hdr_len);
+        memcpy(msg.data() + hdr_len, data, len);
+        ucp_failover_seq_pack_hdr(msg.data() + hdr_len + len,
+                                  ucp_ep_local_id(ep), sn, id);
+        return msg;
+    }
+
+    void seq_inject(std::vector<char> msg)
+    {
+        ucp_worker_h worker = receiver().worker();
+
+        UCS_ASYNC_BLOCK(&worker->async);
+        ucp_am_handlers[UCP_AM_ID_FAILOVER_SEQ]->cb(worker, msg.data(),
+                                                    msg.size(), 0);
+        UCS_ASYNC_UNBLOCK(&worker->async);
     }
 
     size_t m_err_count;
@@ -481,19 +511,105 @@ UCS_TEST_P(test_ucp_multirail_failover, both_sides_at_once)
     EXPECT_EQ(0u, m_err_count);
 }
 
-/* Losing the am lane fails the endpoint, cleanly, as without failover */
-UCS_TEST_P(test_ucp_multirail_failover, am_lane_fails_endpoint)
+/* The am lane fails over too: its ordered messages are sequenced */
+UCS_TEST_P(test_ucp_multirail_failover, am_lane_fails_over)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t am_lane = ucp_ep_get_am_lane(sender().ep());
+
+    EXPECT_TRUE(ucp_failover_seq_active(sender().ep()));
+    EXPECT_TRUE(ucp_failover_seq_active(receiver().ep()));
+    fail_lane(sender(), am_lane);
+    EXPECT_TRUE(ucp_failover_lane_is_failed(sender().ep(), am_lane));
+    EXPECT_NE(am_lane, ucp_ep_get_am_lane(sender().ep()));
+    EXPECT_TRUE(ucp_failover_seq_active(sender().ep()));
+    wait_peer_failed(receiver(), 1);
+
+    exchange(8, 10);
+    exchange(20000, 4);
+    exchange(1 << 20, 4);
+    EXPECT_EQ(0u, m_err_count);
+    EXPECT_FALSE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
+    EXPECT_FALSE(receiver().ep()->flags & UCP_EP_FLAG_FAILED);
+    EXPECT_NE(std::string::npos, ep_info(sender()).find("sequenced on"));
+}
+
+/* When the last lane fails, the endpoint fails, cleanly */
+UCS_TEST_P(test_ucp_multirail_failover, last_lane_fails_endpoint)
 {
     skip_unless_two_lanes();
     if (get_variant_value() == ERR_MODE_NONE) {
         UCS_TEST_SKIP_R("no error callback in err mode none");
     }
 
+    fail_lane(sender(), data_lane(sender().ep()));
+    wait_peer_failed(receiver(), 1);
+    EXPECT_EQ(0u, m_err_count);
+
     scoped_log_handler wrap_err(wrap_errors_logger);
     fail_lane(sender(), ucp_ep_get_am_lane(sender().ep()));
     wait_for_flag(&m_err_count);
     EXPECT_EQ(1u, m_err_count);
     EXPECT_TRUE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
+}
+
+/*
+ * The receiving side of the sequencing: a message that arrives early is held
+ * back and delivered in order, one that arrives twice is delivered once.
+ * The messages are eager tagged messages, handed to the sequenced-message
+ * handler as a transport would.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, seq_dup_and_reorder)
+{
+    skip_unless_two_lanes();
+    ucp_ep_h rep   = receiver().ep();
+    uint32_t first = ucp_failover_seq_rx_expected(rep);
+    std::vector<std::vector<char> > msgs;
+    std::vector<void*> reqs;
+    uint64_t rbuf[3] = {};
+    ucp_request_param_t param = {};
+
+    ASSERT_NE(0u, first);
+    for (int i = 0; i < 3; ++i) {
+        reqs.push_back(ucp_tag_recv_nbx(receiver().worker(), &rbuf[i],
+                                        sizeof(rbuf[i]), 0x5e0,
+                                        (ucp_tag_t)-1, &param));
+        ucp_tag_t tag     = 0x5e0;
+        uint64_t payload  = 0x1000 + i;
+        msgs.push_back(seq_message(rep, first + i, UCP_AM_ID_EAGER_ONLY, &tag,
+                                   sizeof(tag), &payload, sizeof(payload)));
+    }
+
+    /* 2 and 1 early (held back), 1 again, then 0: delivered 0, 1, 2 */
+    seq_inject(msgs[2]);
+    seq_inject(msgs[1]);
+    seq_inject(msgs[1]);
+    short_progress_loop();
+    EXPECT_EQ(first, ucp_failover_seq_rx_expected(rep));
+    seq_inject(msgs[0]);
+    EXPECT_EQ(first + 3, ucp_failover_seq_rx_expected(rep));
+    /* all of them again: dropped */
+    for (int i = 0; i < 3; ++i) {
+        seq_inject(msgs[i]);
+    }
+    ASSERT_UCS_OK(requests_wait(reqs));
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(0x1000u + i, rbuf[i]) << "message " << i;
+    }
+
+    /* nothing more was delivered */
+    uint64_t extra = 0;
+    void *req = ucp_tag_recv_nbx(receiver().worker(), &extra, sizeof(extra),
+                                 0x5e0, (ucp_tag_t)-1, &param);
+    short_progress_loop();
+    ASSERT_TRUE(UCS_PTR_IS_PTR(req));
+    EXPECT_EQ(UCS_INPROGRESS, ucp_request_check_status(req));
+    ucp_request_cancel(receiver().worker(), req);
+    while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+        progress();
+    }
+    ucp_request_free(req);
+    EXPECT_EQ(0u, m_err_count);
 }
 
 /* Without failover a lane error fails the endpoint, as stock UCX does */
@@ -530,7 +646,8 @@ class test_ucp_multirail_traffic : public test_ucp_multirail_failover {
 public:
     enum {
         SIDE_INITIATOR = 0,
-        SIDE_TARGET    = 2
+        SIDE_TARGET    = 2,
+        LANE_AM        = 4  /* the am lane fails, else a data lane */
     };
 
     static void get_test_variants(std::vector<ucp_test_variant> &variants)
@@ -547,6 +664,18 @@ public:
                                ERR_MODE_PEER | SIDE_TARGET, "peer/target");
         add_variant_with_value(variants, features,
                                ERR_MODE_NONE | SIDE_TARGET, "none/target");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_PEER | SIDE_INITIATOR | LANE_AM,
+                               "peer/init/am");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_NONE | SIDE_INITIATOR | LANE_AM,
+                               "none/init/am");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_PEER | SIDE_TARGET | LANE_AM,
+                               "peer/target/am");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_NONE | SIDE_TARGET | LANE_AM,
+                               "none/target/am");
     }
 
     test_ucp_multirail_traffic() : m_done(0), m_region(NULL), m_memh(NULL),
@@ -606,7 +735,13 @@ protected:
         while ((m_done < min) && (ucs_get_time() < deadline)) {
             progress();
         }
-        fail_lane(failing(), busy_lane(failing().ep()));
+        fail_lane(failing(), traffic_lane(failing().ep()));
+    }
+
+    ucp_lane_index_t traffic_lane(ucp_ep_h ep)
+    {
+        return (get_variant_value() & LANE_AM) ? ucp_ep_get_am_lane(ep) :
+                                                 busy_lane(ep);
     }
 
     /* after the traffic: the peer agreed, nobody was told of an error, the
@@ -746,9 +881,13 @@ protected:
         for (int i = 0; i < count; ++i) {
             fill(sbufs[i], size, i);
             hdrs[i] = i;
-            reqs.push_back(ucp_am_send_nbx(sender().ep(), 7, &hdrs[i],
-                                           sizeof(int), sbufs[i].data(), size,
-                                           &sparam));
+            void *req = ucp_am_send_nbx(sender().ep(), 7, &hdrs[i],
+                                        sizeof(int), sbufs[i].data(), size,
+                                        &sparam);
+            if (!UCS_PTR_IS_PTR(req)) {
+                ++m_done; /* completed at once: no callback */
+            }
+            reqs.push_back(req);
         }
         fail_mid_traffic();
         ASSERT_UCS_OK(requests_wait(reqs));
@@ -823,7 +962,7 @@ protected:
         if (flush_at_once) {
             /* a flush in flight when the lane fails */
             reqs.push_back(ucp_ep_flush_nbx(sender().ep(), &sparam));
-            fail_lane(failing(), busy_lane(failing().ep()));
+            fail_lane(failing(), traffic_lane(failing().ep()));
         } else {
             fail_mid_traffic();
             reqs.push_back(ucp_ep_flush_nbx(sender().ep(), &sparam));
