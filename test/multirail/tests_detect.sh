@@ -53,9 +53,11 @@ t_detect_no_false_positive() {
 
 # The am lane's rail dies (no failover for it until issue 4): the endpoint
 # fails on both sides, promptly, with the error callback, never a hang.
-# t_detect_amlane KIND BOUND
-t_detect_amlane() {
-    MR_STOCK_ENV=$MR_FO_ENV t_stock_fault "$1" 0 "$2"
+# t_detect_all_dead KIND BOUND: both rails fail at once; with failover on,
+# the endpoint fails when its last lane does, with the error callback on
+# both sides within BOUND seconds, no hang, nothing lost
+t_detect_all_dead() {
+    MR_STOCK_ENV=$MR_FO_ENV MR_FAULT_RAILS="0 1" t_stock_fault "$1" 0 "$2"
 }
 
 # t_detect_many_eps N KIND SIDE: N more idle endpoints between the pair
@@ -169,7 +171,7 @@ mr_detect_all() {
         address none
     mr_run_test detect_64eps_blackhole_r1_idle t_detect_many_eps 64 blackhole \
         both
-    mr_run_test detect_amlane_linkdown_errcb t_detect_amlane down 2
-    mr_run_test detect_amlane_blackhole_errcb t_detect_amlane blackhole 2
+    mr_run_test detect_all_rails_down_errcb t_detect_all_dead down 2
+    mr_run_test detect_all_rails_blackhole_errcb t_detect_all_dead blackhole 2
     "$MR_BED" down
 }

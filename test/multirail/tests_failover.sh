@@ -1,6 +1,6 @@
 # Lane failover on the test bed (sourced by contrib/test.sh): real processes,
 # real faults, every API streaming; with UCX_MULTIRAIL_FAILOVER=y a fault on
-# a rail that is not the am lane's must cost nothing.
+# any one rail, the am lane's included, must cost nothing.
 
 # failover on, and the info lines that name each failed lane
 MR_FO_ENV="UCX_MULTIRAIL_FAILOVER=y UCX_LOG_LEVEL=info"
@@ -84,19 +84,28 @@ t_failover_two_faults() {
     done
 }
 
-# The am lane's rail fails: until sequencing lands (issue 4) the endpoint
-# fails, cleanly and promptly, with the error callback on both sides
-t_failover_amlane_fails_cleanly() {
-    local role
-    "$MR_BED" up --rails 2 --rate 500mbit
-    mr_pair_start 2 30 "$MR_FO_ENV" "$MR_FO_ENV" || return 0
+# t_failover_amlane_twice: on a three-rail bed the am lane's rail fails,
+# then the rail the am lane moved to: the am lane moves twice, each side
+# sends again what the peer had not acknowledged, nothing is lost
+t_failover_amlane_twice() {
+    local role n
+    "$MR_BED" up --rails 3 --rate 500mbit
+    mr_pair_start 3 10 "$MR_FO_ENV" "$MR_FO_ENV" || return 0
     sleep 2.5
     "$MR_BED" fault rst 0 a
+    sleep 2.5
+    "$MR_BED" fault rst 1 b
     mr_pair_wait "$MR_DIR"
+    mr_expect_clean "$MR_DIR"
     for role in client server; do
-        mr_expect_eq "$role err_cb" 1 "$(mr_result "$MR_DIR/$role.out" err_cb)"
-        mr_expect_eq "$role hang" 0 "$(mr_result "$MR_DIR/$role.out" hang)"
+        n=$(grep -c "failed (.*endpoint continues" "$MR_DIR/$role.out" || true)
+        mr_expect_eq "$role lane failovers" 2 "$n"
+        n=$(grep -c "am lane moved" "$MR_DIR/$role.out" || true)
+        mr_expect_eq "$role am lane moves" 2 "$n"
+        mr_note+=" ${role}_resent=$(grep -o "[0-9]* message(s) not acknowledged" \
+            "$MR_DIR/$role.out" | awk '{s += $1} END {print s + 0}')"
     done
+    mr_note+=" r2_tx=$(mr_rail_tx "$MR_DIR/client.out" r2)"
 }
 
 # A peer without failover: the endpoint is stock on both sides, so a fault
@@ -162,16 +171,17 @@ mr_mpi_run() {
         -x UCX_LOG_LEVEL=info "$bin/mr_mpi_check" "$secs" >"$dir/mpi.out" 2>&1
 }
 
-# t_mpi_rail_cut FAILOVER(y|n) [KIND [SIDE]]: the fault (default an RST on
-# side a) on r1 with default kernel settings
+# t_mpi_rail_cut FAILOVER(y|n) [KIND [SIDE [RAIL]]]: the fault (default an
+# RST on side a) on RAIL (default r1; r0 carries the am lane) with default
+# kernel settings
 t_mpi_rail_cut() {
-    local fo=$1 kind=${2:-rst} side=${3:-a} rc=0 n
+    local fo=$1 kind=${2:-rst} side=${3:-a} rail=${4:-1} rc=0 n
     "$MR_BED" up --rails 2 --rate 500mbit
     # an 8 s job; without failover it may hang, which 30 s bounds
     mr_mpi_run "$MR_DIR" "$fo" 8 $([ "$fo" = y ] && echo 120 || echo 30) &
     local pid=$!
     sleep 3.5
-    "$MR_BED" fault "$kind" 1 "$side"
+    "$MR_BED" fault "$kind" "$rail" "$side"
     wait $pid || rc=$?
     n=$(grep -c "loaded from $MRFO_PREFIX/lib" "$MR_DIR/mpi.out" || true)
     mr_expect_eq "ranks on our library" 2 "$n"
@@ -179,8 +189,8 @@ t_mpi_rail_cut() {
         mr_expect_eq "mpirun exit code" 0 "$rc"
         grep -q "^MPI_RESULT ok" "$MR_DIR/mpi.out" ||
             mr_fail "no MPI_RESULT ok: $(grep MPI_ "$MR_DIR/mpi.out" | tail -2)"
-        n=$(grep -c "tcp/r1 failed (.*endpoint continues" "$MR_DIR/mpi.out" || true)
-        [ "$n" -ge 2 ] || mr_fail "expected both ranks to fail r1 over, got $n"
+        n=$(grep -c "tcp/r$rail failed (.*endpoint continues" "$MR_DIR/mpi.out" || true)
+        [ "$n" -ge 2 ] || mr_fail "expected both ranks to fail r$rail over, got $n"
         mr_note="$(grep -o 'iterations=[0-9]*' "$MR_DIR/mpi.out")"
     else
         # as today: the job aborts with an MPI error or hangs (Open MPI's
@@ -216,7 +226,16 @@ mr_failover_all() {
     mr_run_test failover_delete_r1_retries3 t_failover_fault 2 delete 1 a \
         sockaddr peer net.ipv4.tcp_retries2=3
     mr_run_test failover_3rail_two_faults t_failover_two_faults
-    mr_run_test failover_amlane_fails_cleanly t_failover_amlane_fails_cleanly
+    # the am lane's rail (r0): its ordered messages are sequenced (issue 4)
+    mr_run_test failover_rst_r0_sockaddr_peer t_failover_fault 2 rst 0 a \
+        sockaddr peer
+    MR_FAULT_BOUND=1 mr_run_test failover_linkdown_r0_address_none \
+        t_failover_fault 2 down 0 b address none
+    MR_FAULT_BOUND=2 mr_run_test failover_blackhole_r0_sockaddr_none \
+        t_failover_fault 2 blackhole 0 both sockaddr none
+    mr_run_test failover_delete_r0_address_peer t_failover_fault 2 delete 0 a \
+        address peer
+    mr_run_test failover_3rail_amlane_twice t_failover_amlane_twice
     mr_run_test failover_stock_peer t_failover_stock_peer
     mr_run_test failover_cm_rst_endpoint_lives t_cm_rst y
     mr_run_test stock_cm_rst_kills_endpoint t_cm_rst n
@@ -225,5 +244,6 @@ mr_failover_all() {
     # found by a link event, and by TCP_USER_TIMEOUT + probes (issue 5)
     mr_run_test mpi_rail_linkdown_failover_on t_mpi_rail_cut y down a
     mr_run_test mpi_rail_blackhole_failover_on t_mpi_rail_cut y blackhole both
+    mr_run_test mpi_amlane_rail_cut_failover_on t_mpi_rail_cut y rst a 0
     "$MR_BED" down
 }

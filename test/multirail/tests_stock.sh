@@ -187,7 +187,10 @@ t_stock_fault() {
         --hang-timeout 60
     sleep 3
     t_fault=$(date +%s.%N)
-    "$MR_BED" fault "$kind" "$rail" a
+    # MR_FAULT_RAILS: several rails at once (every rail dead)
+    for rail in ${MR_FAULT_RAILS:-$rail}; do
+        "$MR_BED" fault "$kind" "$rail" a
+    done
     mr_pair_wait "$MR_DIR"
     for role in client server; do
         mr_expect_eq "$role err_cb" 1 "$(mr_result "$MR_DIR/$role.out" err_cb)"

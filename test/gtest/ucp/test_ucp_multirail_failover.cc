@@ -66,7 +66,7 @@ protected:
         static const std::vector<std::string> names = {
             "FAILOVER", "LINK_EVENTS", "PROBE_INTERVAL", "PROBE_TIMEOUT",
             "REPROBE_INTERVAL",
-            "REPROBE_MAX_INTERVAL", "REPROBE_MAX_ATTEMPTS"
+            "REPROBE_MAX_INTERVAL", "REPROBE_MAX_ATTEMPTS", "RETAIN"
         };
         return names;
     }
@@ -92,6 +92,7 @@ UCS_TEST_F(test_ucp_multirail_config, defaults) {
     EXPECT_NEAR(0.200, mr.reprobe_interval, 1e-9);
     EXPECT_NEAR(3.0, mr.reprobe_max_interval, 1e-9);
     EXPECT_EQ(UCS_ULUNITS_INF, mr.reprobe_max_attempts);
+    EXPECT_EQ(1024u * 1024u, mr.retain);
 }
 
 UCS_TEST_F(test_ucp_multirail_config, listed_with_docs) {
@@ -197,6 +198,18 @@ UCS_TEST_F(test_ucp_multirail_config, inconsistent_values) {
 
     ASSERT_UCS_OK(ucp_config_modify(config.get(),
                                     "MULTIRAIL_REPROBE_MAX_ATTEMPTS", "1"));
+    EXPECT_UCS_OK(try_init(config.get()));
+
+    /* a retention bound too small to make progress, or "auto" */
+    for (const char *value : {"1k", "auto"}) {
+        ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_RETAIN",
+                                        value));
+        scoped_log_handler wrap_err(wrap_errors_logger);
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM, try_init(config.get())) << value;
+        EXPECT_TRUE(logged_error_contains("UCX_MULTIRAIL_RETAIN")) << value;
+    }
+
+    ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_RETAIN", "inf"));
     EXPECT_UCS_OK(try_init(config.get()));
 }
 
