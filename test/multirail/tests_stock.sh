@@ -52,7 +52,9 @@ t_bad_knob_values() {
     for kv in "UCX_MULTIRAIL_FAILOVER=maybe:MULTIRAIL_FAILOVER" \
               "UCX_MULTIRAIL_PROBE_TIMEOUT=soon:MULTIRAIL_PROBE_TIMEOUT" \
               "UCX_MULTIRAIL_PROBE_TIMEOUT=50ms:UCX_MULTIRAIL_PROBE_TIMEOUT" \
-              "UCX_MULTIRAIL_REPROBE_MAX_ATTEMPTS=0:REPROBE_MAX_ATTEMPTS"; do
+              "UCX_MULTIRAIL_REPROBE_MAX_ATTEMPTS=0:REPROBE_MAX_ATTEMPTS" \
+              "UCX_MULTIRAIL_RETAIN=lots:MULTIRAIL_RETAIN" \
+              "UCX_MULTIRAIL_RETAIN=1k:UCX_MULTIRAIL_RETAIN"; do
         err=$MR_DIR/${kv%%:*}.err
         rc=0
         # UCX logs to stdout by default

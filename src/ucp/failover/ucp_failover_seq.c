@@ -52,6 +52,12 @@
 #define UCP_FAILOVER_SEQ_ACK_MSGS  32
 #define UCP_FAILOVER_SEQ_ACK_BYTES (64 * UCS_KBYTE)
 
+/* Retained copies up to this size (trailer included) are allocated at this
+ * size, and up to UCP_FAILOVER_SEQ_CACHE released ones are kept per endpoint
+ * for the next messages: a small message costs no malloc/free */
+#define UCP_FAILOVER_SEQ_SMALL     256
+#define UCP_FAILOVER_SEQ_CACHE     16
+
 
 enum {
     UCP_FAILOVER_SEQ_FLAG_ACK_ONLY = UCS_BIT(0), /* no message, an ack */
@@ -82,6 +88,7 @@ typedef struct ucp_failover_seq_entry {
     uint32_t           sn;
     uint32_t           length;   /* bytes in data[], trailer included */
     uint8_t            acked;
+    uint8_t            small;    /* of size UCP_FAILOVER_SEQ_SMALL */
     uint8_t            data[];
 } ucp_failover_seq_entry_t;
 
@@ -107,6 +114,10 @@ typedef struct ucp_failover_seq_ep {
     int                window_full;
     int                dispatching;   /* running requests of 'pending' */
     uct_worker_cb_id_t dispatch_id;
+    /* the transport's limits, trailer included, and the retention bound */
+    size_t             max_short;
+    size_t             max_bcopy;
+    size_t             retain;
 } ucp_failover_seq_ep_t;
 
 
@@ -133,17 +144,14 @@ struct ucp_failover_seq {
     uint64_t                 rx_held;
     uint64_t                 acks_sent;
     size_t                   retained_max;  /* high-water mark, bytes */
+    ucs_queue_head_t         cache;         /* released small entries */
+    unsigned                 cache_count;
     uint32_t                 window_stalls;
 };
 
 
 static uct_iface_ops_t ucp_failover_seq_ep_ops;
 
-
-static size_t ucp_failover_seq_retain_limit(ucp_ep_h ep)
-{
-    return ep->worker->context->config.ext.multirail.retain;
-}
 
 ucp_failover_seq_t *ucp_failover_seq_get(ucp_ep_h ep)
 {
@@ -164,6 +172,7 @@ ucp_failover_seq_t *ucp_failover_seq_get(ucp_ep_h ep)
     seq->tx_next = 1;
     seq->rx_next = 1;
     ucs_queue_head_init(&seq->retained);
+    ucs_queue_head_init(&seq->cache);
     ucs_list_head_init(&seq->held);
     fo->seq = seq;
     return seq;
@@ -202,7 +211,15 @@ int ucp_failover_seq_is_owner(uct_ep_h uct_ep, uct_ep_h owned_ep)
 
 static void ucp_failover_seq_entry_free(ucp_failover_seq_entry_t *entry)
 {
-    ucs_free(entry);
+    ucp_failover_seq_t *seq = entry->seq;
+
+    if (entry->small && (seq != NULL) &&
+        (seq->cache_count < UCP_FAILOVER_SEQ_CACHE)) {
+        ucs_queue_push(&seq->cache, &entry->queue);
+        ++seq->cache_count;
+    } else {
+        ucs_free(entry);
+    }
 }
 
 static void ucp_failover_seq_comp_cb(uct_completion_t *self)
@@ -223,10 +240,27 @@ ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq, size_t length)
 {
     ucp_failover_seq_entry_t *entry;
 
-    entry = ucs_malloc(sizeof(*entry) + length + UCP_FAILOVER_SEQ_HDR_LEN,
-                       "failover_seq_entry");
-    if (entry == NULL) {
-        return NULL;
+    length += UCP_FAILOVER_SEQ_HDR_LEN;
+    if (length <= UCP_FAILOVER_SEQ_SMALL) {
+        if (!ucs_queue_is_empty(&seq->cache)) {
+            entry = ucs_queue_pull_elem_non_empty(&seq->cache,
+                                                  ucp_failover_seq_entry_t,
+                                                  queue);
+            --seq->cache_count;
+        } else {
+            entry = ucs_malloc(sizeof(*entry) + UCP_FAILOVER_SEQ_SMALL,
+                               "failover_seq_entry");
+            if (entry == NULL) {
+                return NULL;
+            }
+        }
+        entry->small = 1;
+    } else {
+        entry = ucs_malloc(sizeof(*entry) + length, "failover_seq_entry");
+        if (entry == NULL) {
+            return NULL;
+        }
+        entry->small = 0;
     }
 
     entry->comp.func   = ucp_failover_seq_comp_cb;
@@ -267,7 +301,7 @@ static void ucp_failover_seq_release(ucp_failover_seq_t *seq, uint32_t ack)
     }
 
     if ((seq->seq_ep != NULL) && seq->seq_ep->window_full &&
-        (seq->retained_bytes < ucp_failover_seq_retain_limit(seq->ep))) {
+        (seq->retained_bytes < seq->seq_ep->retain)) {
         seq->seq_ep->window_full = 0;
         ucp_failover_seq_dispatch_schedule(seq->seq_ep);
     }
@@ -288,7 +322,7 @@ static void ucp_failover_seq_hdr_fill(ucp_failover_seq_t *seq,
 
     /* the acknowledgement is the current one, also when sent again */
     ack = ucp_failover_seq_rx_delivered(seq);
-    if (seq->retained_bytes >= (ucp_failover_seq_retain_limit(seq->ep) / 2)) {
+    if (seq->retained_bytes >= (seq->seq_ep->retain / 2)) {
         flags |= UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
     }
 
@@ -311,28 +345,21 @@ static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_t *seq,
                                              uct_ep_h tl_ep,
                                              ucp_failover_seq_entry_t *entry)
 {
-    ucp_ep_h ep = seq->ep;
-    const uct_iface_attr_t *attr;
+    ucp_failover_seq_ep_t *seq_ep = seq->seq_ep;
     ucs_status_t status;
     uint64_t header;
     uct_iov_t iov;
     ssize_t packed;
 
-    attr = ucp_worker_iface_get_attr(ep->worker,
-                                     ucp_ep_get_rsc_index(ep, ucp_ep_get_am_lane(ep)));
     ucp_failover_seq_hdr_fill(seq, entry);
-
-    /* the interface's limits as UCP sees them are the transport's, less the
-     * trailer (ucp_failover_iface_attr) */
-    if ((attr->cap.flags & UCT_IFACE_FLAG_AM_SHORT) &&
-        (entry->length <= (attr->cap.am.max_short + UCP_FAILOVER_SEQ_HDR_LEN))) {
+    if (entry->length <= seq_ep->max_short) {
         memcpy(&header, entry->data, sizeof(header));
         return uct_ep_am_short(tl_ep, UCP_AM_ID_FAILOVER_SEQ, header,
                                entry->data + sizeof(header),
                                entry->length - sizeof(header));
     }
 
-    if (entry->length <= (attr->cap.am.max_bcopy + UCP_FAILOVER_SEQ_HDR_LEN)) {
+    if (entry->length <= seq_ep->max_bcopy) {
         packed = uct_ep_am_bcopy(tl_ep, UCP_AM_ID_FAILOVER_SEQ,
                                  ucp_failover_seq_pack_entry, entry, 0);
         return (packed < 0) ? (ucs_status_t)packed : UCS_OK;
@@ -458,8 +485,7 @@ ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
         return UCS_ERR_NO_RESOURCE;
     }
 
-    if (ucs_unlikely(seq->retained_bytes >=
-                     ucp_failover_seq_retain_limit(seq->ep))) {
+    if (ucs_unlikely(seq->retained_bytes >= seq_ep->retain)) {
         if (!seq_ep->window_full) {
             ++seq->window_stalls;
             seq_ep->window_full = 1;
@@ -607,7 +633,6 @@ static ssize_t ucp_failover_seq_ep_am_bcopy(uct_ep_h uct_ep, uint8_t id,
 {
     ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
                                                    ucp_failover_seq_ep_t);
-    ucp_ep_h ep                   = seq_ep->seq->ep;
     ucp_failover_seq_entry_t *entry;
     ucs_status_t status;
     size_t max_bcopy;
@@ -618,9 +643,7 @@ static ssize_t ucp_failover_seq_ep_am_bcopy(uct_ep_h uct_ep, uint8_t id,
                                arg, flags);
     }
 
-    max_bcopy = ucp_worker_iface_get_attr(ep->worker,
-                                          ucp_ep_get_rsc_index(ep, ucp_ep_get_am_lane(ep)))
-                        ->cap.am.max_bcopy;
+    max_bcopy = seq_ep->max_bcopy - UCP_FAILOVER_SEQ_HDR_LEN;
     status    = ucp_failover_seq_reserve(seq_ep, max_bcopy, &entry);
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
@@ -769,6 +792,24 @@ static void ucp_failover_seq_dispatch_schedule(ucp_failover_seq_ep_t *seq_ep)
     ucp_worker_signal_internal(worker);
 }
 
+/* The limits of the transport endpoint of @a lane, as the wrapper sends */
+static void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep,
+                                       ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    const uct_iface_attr_t *attr;
+
+    /* the limits UCP sees are the transport's less the trailer
+     * (ucp_failover_iface_attr) */
+    attr              = ucp_worker_iface_get_attr(ep->worker,
+                                                  ucp_ep_get_rsc_index(ep,
+                                                                       lane));
+    seq_ep->max_short = (attr->cap.flags & UCT_IFACE_FLAG_AM_SHORT) ?
+                        (attr->cap.am.max_short + UCP_FAILOVER_SEQ_HDR_LEN) :
+                        0;
+    seq_ep->max_bcopy = attr->cap.am.max_bcopy + UCP_FAILOVER_SEQ_HDR_LEN;
+    seq_ep->retain    = ep->worker->context->config.ext.multirail.retain;
+}
+
 UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
                     ucp_failover_seq_t *seq)
 {
@@ -780,6 +821,7 @@ UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
     self->window_full   = 0;
     self->dispatching   = 0;
     self->dispatch_id   = UCS_CALLBACKQ_ID_NULL;
+    ucp_failover_seq_ep_limits(self, ep, ucp_ep_get_am_lane(ep));
     ucs_queue_head_init(&self->pending);
     return UCS_OK;
 }
@@ -917,11 +959,14 @@ void ucp_failover_seq_cleanup(ucp_ep_h ep)
     }
 
     ucs_queue_for_each_extract(entry, &seq->retained, queue, 1) {
+        entry->seq = NULL; /* not cached */
         if (entry->comp.count == 0) {
             ucp_failover_seq_entry_free(entry);
-        } else {
-            entry->seq = NULL; /* its completion frees it */
-        }
+        } /* else its completion frees it */
+    }
+
+    ucs_queue_for_each_extract(entry, &seq->cache, queue, 1) {
+        ucs_free(entry);
     }
 
     ucs_list_for_each_safe(held, tmp, &seq->held, list) {
@@ -976,6 +1021,7 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
                             ucp_ep_get_rsc_index(ep, new_lane));
     ep->uct_eps[new_lane] = &seq_ep->super.super;
     ep->uct_eps[old_lane] = old_tl_ep;
+    ucp_failover_seq_ep_limits(seq_ep, ep, new_lane);
 
     /* everything not acknowledged goes again, first, in order */
     ucs_queue_for_each(entry, &seq->retained, queue) {
