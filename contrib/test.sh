@@ -9,6 +9,8 @@
 #   MR_FILTER=GLOB      run only the tests whose name matches (bash glob;
 #                       gtest groups are named gtest_<group>)
 #   MRFO_RESULTS=DIR    where logs go (default: build/test-results)
+#   MR_SOAK_SECONDS=N   length of the short random-fault soak (default 60;
+#                       contrib/soak.sh runs a long one)
 #
 set -eEu -o pipefail
 
@@ -31,6 +33,7 @@ mkdir -p "$MRFO_RESULTS"
 . "$top/test/multirail/tests_failover.sh"
 . "$top/test/multirail/tests_detect.sh"
 . "$top/test/multirail/tests_recover.sh"
+. "$top/test/multirail/tests_soak.sh"
 
 cleanup() { "$MR_BED" down >/dev/null 2>&1 || true; }
 trap cleanup EXIT
@@ -43,6 +46,7 @@ mr_stock_all
 mr_failover_all
 mr_detect_all
 mr_recover_all
+mr_soak_all
 cleanup
 
 echo "test time: $(( $(date +%s) - t0 )) s; logs: $MRFO_RESULTS" >&2
