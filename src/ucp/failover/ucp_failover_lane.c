@@ -271,16 +271,22 @@ void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
 /*
  * A lane that can carry the ordered messages in place of the am lane: the
  * first lane, in lane order, that is connected, not failed (nor in
- * @a failing), not the CM lane, and whose transport sends active messages.
+ * @a failing), not the CM lane, and whose transport sends active messages
+ * (short and bcopy, with limits no smaller than the am lane's).
  */
 ucp_lane_index_t ucp_failover_am_survivor(ucp_ep_h ep, ucp_lane_map_t failing)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
-    const uct_iface_attr_t *attr;
+    const uct_iface_attr_t *attr, *am_attr;
     ucp_rsc_index_t rsc_index;
     ucp_lane_index_t lane;
     uct_ep_h uct_ep;
 
+    /* the messages retained under the am lane's limits are sent again on
+     * the new one, and acknowledgements go as short messages */
+    am_attr = ucp_worker_iface_get_attr(ep->worker,
+                                        ucp_ep_get_rsc_index(
+                                                ep, ucp_ep_get_am_lane(ep)));
     for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
         if (((fo->failed_lanes | failing) & UCS_BIT(lane)) ||
             (lane == ucp_ep_get_cm_lane(ep)) ||
@@ -301,7 +307,12 @@ ucp_lane_index_t ucp_failover_am_survivor(ucp_ep_h ep, ucp_lane_map_t failing)
 
         attr = ucp_worker_iface_get_attr(ep->worker, rsc_index);
         if ((attr->cap.flags & UCT_IFACE_FLAG_AM_BCOPY) &&
-            (attr->cap.flags & UCT_IFACE_FLAG_CB_SYNC)) {
+            (attr->cap.flags & UCT_IFACE_FLAG_AM_SHORT) &&
+            (attr->cap.flags & UCT_IFACE_FLAG_CB_SYNC) &&
+            (attr->cap.am.max_bcopy >= am_attr->cap.am.max_bcopy) &&
+            (!(am_attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) ||
+             ((attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) &&
+              (attr->cap.am.max_zcopy >= am_attr->cap.am.max_zcopy)))) {
             return lane;
         }
     }

@@ -114,6 +114,9 @@ typedef struct ucp_failover_seq_ep {
     int                window_full;
     int                dispatching;   /* running requests of 'pending' */
     uct_worker_cb_id_t dispatch_id;
+    ucp_worker_h       worker;
+    unsigned           busy;          /* depth of its own code on the stack */
+    int                dead;          /* unwrapped while busy: freed later */
     /* the transport's limits, trailer included, and the retention bound */
     size_t             max_short;
     size_t             max_bcopy;
@@ -286,10 +289,12 @@ static void ucp_failover_seq_release(ucp_failover_seq_t *seq, uint32_t ack)
         }
 
         if (entry == seq->unsent) {
-            /* cannot be acknowledged before it was sent: a confused peer */
-            ucs_diag("ep %p: peer acknowledged message %u, not sent yet",
-                     seq->ep, entry->sn);
-            break;
+            /* waiting to be sent again after a failover, but the peer has it
+             * (sent on the old lane): no need to */
+            seq->unsent = (seq->retained.ptail == &entry->queue.next) ?
+                          NULL :
+                          ucs_container_of(entry->queue.next,
+                                           ucp_failover_seq_entry_t, queue);
         }
 
         ucs_queue_pull_non_empty(&seq->retained);
@@ -297,6 +302,8 @@ static void ucp_failover_seq_release(ucp_failover_seq_t *seq, uint32_t ack)
         entry->acked         = 1;
         if (entry->comp.count == 0) {
             ucp_failover_seq_entry_free(entry);
+        } else {
+            entry->seq = NULL; /* its completion frees it, not cached */
         }
     }
 
@@ -319,6 +326,11 @@ static void ucp_failover_seq_hdr_fill(ucp_failover_seq_t *seq,
                                                       UCP_FAILOVER_SEQ_HDR_LEN);
     uint8_t flags               = 0;
     uint32_t ack;
+
+    if (entry->comp.count > 0) {
+        /* a zero-copy send of it is still reading it */
+        return;
+    }
 
     /* the acknowledgement is the current one, also when sent again */
     ack = ucp_failover_seq_rx_delivered(seq);
@@ -419,41 +431,55 @@ static ucs_status_t ucp_failover_seq_send_backlog(ucp_failover_seq_ep_t *seq_ep)
  */
 static void ucp_failover_seq_kick(ucp_failover_seq_ep_t *seq_ep)
 {
-    uct_ep_h tl_ep = ucp_failover_seq_tl_ep(seq_ep);
     uct_pending_req_priv_queue_t *priv;
     ucs_status_t status;
-    int retries;
+    int retries, dispatching;
 
-    for (retries = 0; retries < 16; ++retries) {
+    ++seq_ep->busy;
+    for (retries = 0; (retries < 16) && !seq_ep->dead; ++retries) {
         status = ucp_failover_seq_send_backlog(seq_ep);
-        if (UCS_STATUS_IS_ERR(status) && (status != UCS_ERR_NO_RESOURCE)) {
-            return;
+        if (seq_ep->dead ||
+            (UCS_STATUS_IS_ERR(status) && (status != UCS_ERR_NO_RESOURCE))) {
+            goto out;
         }
 
         if (status == UCS_OK) {
+            /* a request that fails the lane may move the wrapper or fail
+             * the endpoint under this loop: it stops then */
+            dispatching         = seq_ep->dispatching;
             seq_ep->dispatching = 1;
             uct_pending_queue_dispatch(priv, &seq_ep->pending,
-                                       !seq_ep->window_full);
-            seq_ep->dispatching = 0;
+                                       !seq_ep->window_full && !seq_ep->dead);
+            seq_ep->dispatching = dispatching;
+            if (seq_ep->dead) {
+                goto out;
+            }
         }
 
         if (((seq_ep->seq->unsent == NULL) &&
              (ucs_queue_is_empty(&seq_ep->pending) || seq_ep->window_full)) ||
             seq_ep->resume_queued) {
-            return;
+            goto out;
         }
 
-        status = uct_ep_pending_add(tl_ep, &seq_ep->resume, 0);
+        /* the current transport endpoint: a failover may have changed it */
+        status = uct_ep_pending_add(ucp_failover_seq_tl_ep(seq_ep),
+                                    &seq_ep->resume, 0);
         if (status == UCS_OK) {
             seq_ep->resume_queued = 1;
-            return;
+            goto out;
         } else if (status != UCS_ERR_BUSY) {
-            return; /* the lane is failing */
+            goto out; /* the lane is failing */
         }
         /* the transport has resources again: go on */
     }
 
-    ucp_failover_seq_dispatch_schedule(seq_ep);
+    if (!seq_ep->dead) {
+        ucp_failover_seq_dispatch_schedule(seq_ep);
+    }
+
+out:
+    --seq_ep->busy;
 }
 
 static ucs_status_t ucp_failover_seq_resume_progress(uct_pending_req_t *self)
@@ -525,8 +551,14 @@ static void ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
     ++seq->tx_msgs;
 
     ucs_assert(seq->unsent == NULL);
+    ++seq_ep->busy;
     status = ucp_failover_seq_tl_send(seq, ucp_failover_seq_tl_ep(seq_ep),
                                       entry);
+    --seq_ep->busy;
+    if (seq_ep->dead) {
+        return; /* the endpoint failed in the send */
+    }
+
     if (status == UCS_ERR_NO_RESOURCE) {
         /* taken: it goes when the transport has room */
         seq->unsent = entry;
@@ -695,6 +727,10 @@ static ucs_status_t ucp_failover_seq_ep_pending_add(uct_ep_h uct_ep,
 
     ucs_status_t status;
 
+    if (seq_ep->dead) {
+        return UCS_ERR_BUSY; /* the request finds the lane failed */
+    }
+
     if (!seq_ep->window_full && ucs_queue_is_empty(&seq_ep->pending) &&
         (seq_ep->seq->unsent == NULL) && !seq_ep->resume_queued) {
         /* nothing waits: the request waits for the transport */
@@ -755,6 +791,10 @@ static ucs_status_t ucp_failover_seq_ep_flush(uct_ep_h uct_ep, unsigned flags,
 {
     ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
                                                    ucp_failover_seq_ep_t);
+
+    if (seq_ep->dead) {
+        return UCS_OK;
+    }
 
     if (!(flags & UCT_FLUSH_FLAG_CANCEL) &&
         ((!ucs_queue_is_empty(&seq_ep->pending) && !seq_ep->dispatching) ||
@@ -821,6 +861,9 @@ UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
     self->window_full   = 0;
     self->dispatching   = 0;
     self->dispatch_id   = UCS_CALLBACKQ_ID_NULL;
+    self->worker        = ep->worker;
+    self->busy          = 0;
+    self->dead          = 0;
     ucp_failover_seq_ep_limits(self, ep, ucp_ep_get_am_lane(ep));
     ucs_queue_head_init(&self->pending);
     return UCS_OK;
@@ -828,13 +871,14 @@ UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
 
 static UCS_CLASS_CLEANUP_FUNC(ucp_failover_seq_ep_t)
 {
-    ucp_worker_h worker = self->super.ucp_ep->worker;
+    uct_pending_req_priv_queue_t *priv;
 
-    ucs_assertv(ucs_queue_is_empty(&self->pending),
-                "ep %p: sequencing endpoint destroyed with pending requests",
-                self->super.ucp_ep);
-    uct_worker_progress_unregister_safe(worker->uct, &self->dispatch_id);
-    if (self->seq->seq_ep == self) {
+    /* requests that waited in a wrapper unwrapped while busy: the endpoint
+     * failed */
+    uct_pending_queue_purge(priv, &self->pending, 1, ucp_ep_err_pending_purge,
+                            UCS_STATUS_PTR(UCS_ERR_CANCELED));
+    uct_worker_progress_unregister_safe(self->worker->uct, &self->dispatch_id);
+    if ((self->seq != NULL) && (self->seq->seq_ep == self)) {
         self->seq->seq_ep = NULL;
     }
 }
@@ -927,16 +971,41 @@ void ucp_failover_seq_ep_connected(ucp_ep_h ep)
     }
 }
 
+static unsigned ucp_failover_seq_ep_release(void *arg)
+{
+    uct_ep_destroy(arg);
+    return 1;
+}
+
 uct_ep_h ucp_failover_seq_unwrap(uct_ep_h uct_ep)
 {
+    ucp_failover_seq_ep_t *seq_ep;
+    uct_worker_cb_id_t cb_id = UCS_CALLBACKQ_ID_NULL;
     uct_ep_h tl_ep;
 
     if (!ucp_failover_seq_ep_test(uct_ep)) {
         return uct_ep;
     }
 
-    tl_ep = ucp_proxy_ep_extract(uct_ep);
-    uct_ep_destroy(uct_ep);
+    seq_ep = ucs_derived_of(uct_ep, ucp_failover_seq_ep_t);
+    tl_ep  = ucp_proxy_ep_extract(uct_ep);
+    if (seq_ep->busy == 0) {
+        uct_ep_destroy(uct_ep);
+        return tl_ep;
+    }
+
+    /* unwrapped from inside its own send (the transport failed the send
+     * and the endpoint failed): detached now, freed from progress */
+    seq_ep->dead = 1;
+    if (seq_ep->seq->seq_ep == seq_ep) {
+        seq_ep->seq->seq_ep = NULL;
+    }
+    seq_ep->seq = NULL;
+    uct_worker_progress_unregister_safe(seq_ep->worker->uct,
+                                        &seq_ep->dispatch_id);
+    uct_worker_progress_register_safe(seq_ep->worker->uct,
+                                      ucp_failover_seq_ep_release, uct_ep,
+                                      UCS_CALLBACKQ_FLAG_ONESHOT, &cb_id);
     return tl_ep;
 }
 
@@ -1210,13 +1279,14 @@ ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
     memcpy(&hdr, UCS_PTR_BYTE_OFFSET(data, length), sizeof(hdr));
     if ((hdr.ep_id == UCS_PTR_MAP_KEY_INVALID) ||
         (ucp_worker_get_ep_by_id(worker, hdr.ep_id, &ep) != UCS_OK)) {
-        /* the endpoint is gone: deliver as stock would */
-        if (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) {
-            return UCS_OK;
+        /* the endpoint is gone: a sequenced message can be one sent again
+         * after a failover, which it may have delivered already */
+        if (!(hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY)) {
+            ucs_diag("worker %p: dropping sequenced message %u (id %d) for "
+                     "endpoint 0x%" PRIx64 ", which is gone", worker, hdr.sn,
+                     hdr.am_id, hdr.ep_id);
         }
-
-        return ucp_failover_seq_deliver(worker, hdr.am_id, data, length,
-                                        flags);
+        return UCS_OK;
     }
 
     seq = ucp_failover_seq_get(ep);
