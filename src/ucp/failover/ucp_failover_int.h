@@ -93,6 +93,14 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
                                         ucs_queue_head_t *replay_q);
 
 
+/**
+ * A transport error on the am lane inside the sequencing endpoint's own
+ * send: fail the lane over from progress instead. Returns 1 if deferred.
+ */
+int ucp_failover_seq_defer_error(ucp_ep_h ep, ucp_lane_index_t lane,
+                                 ucs_status_t status);
+
+
 /** Send what the sequencing endpoint holds back (after a lane change) */
 void ucp_failover_seq_resend(ucp_ep_h ep);
 

@@ -453,6 +453,10 @@ ucs_status_t ucp_failover_lane_error(ucp_ep_h ep, ucp_lane_index_t lane,
 {
     ucp_failover_worker_t *fw = ep->worker->failover;
 
+    if (ucp_failover_seq_defer_error(ep, lane, status)) {
+        return UCS_OK;
+    }
+
     if (!ucp_failover_lane_can_fail(ep, lane)) {
         if ((fw != NULL) && fw->walking) {
             /* the error came from a probe inside the rail monitor's walk of

@@ -1050,6 +1050,62 @@ void ucp_failover_seq_cleanup(ucp_ep_h ep)
  * The am lane changes
  */
 
+typedef struct {
+    ucp_worker_h      worker;
+    ucs_ptr_map_key_t ep_id;
+    ucp_lane_index_t  lane;
+    ucs_status_t      status;
+} ucp_failover_seq_deferred_t;
+
+static unsigned ucp_failover_seq_deferred_error(void *arg)
+{
+    ucp_failover_seq_deferred_t *d = arg;
+    ucp_worker_h worker            = d->worker;
+    ucp_ep_h ep;
+
+    UCS_ASYNC_BLOCK(&worker->async);
+    if ((ucp_worker_get_ep_by_id(worker, d->ep_id, &ep) == UCS_OK) &&
+        !(ep->flags & UCP_EP_FLAG_FAILED)) {
+        ucp_failover_ep_lane_fault(ep, d->lane, "transport error", d->status);
+    }
+    UCS_ASYNC_UNBLOCK(&worker->async);
+    ucs_free(d);
+    return 1;
+}
+
+int ucp_failover_seq_defer_error(ucp_ep_h ep, ucp_lane_index_t lane,
+                                 ucs_status_t status)
+{
+    ucp_failover_seq_t *seq  = ucp_failover_ep(ep)->seq;
+    uct_worker_cb_id_t cb_id = UCS_CALLBACKQ_ID_NULL;
+    ucp_failover_seq_deferred_t *d;
+
+    if ((seq == NULL) || (seq->seq_ep == NULL) || (seq->seq_ep->busy == 0) ||
+        (lane != ucp_ep_get_am_lane(ep))) {
+        return 0;
+    }
+
+    /* The am lane failed inside the wrapper's own send (the transport
+     * reported it synchronously): moving the wrapper and replaying its
+     * waiting requests now would let them overtake the request being sent.
+     * Fail the lane over from progress; meanwhile what is sent is retained
+     * and sent again then. */
+    d = ucs_malloc(sizeof(*d), "failover_seq_deferred");
+    if (d == NULL) {
+        return 0;
+    }
+
+    d->worker = ep->worker;
+    d->ep_id  = ucp_ep_local_id(ep);
+    d->lane   = lane;
+    d->status = status;
+    uct_worker_progress_register_safe(ep->worker->uct,
+                                      ucp_failover_seq_deferred_error, d,
+                                      UCS_CALLBACKQ_FLAG_ONESHOT, &cb_id);
+    ucp_worker_signal_internal(ep->worker);
+    return 1;
+}
+
 int ucp_failover_seq_active(ucp_ep_h ep)
 {
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
