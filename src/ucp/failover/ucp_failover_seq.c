@@ -44,6 +44,7 @@
 #include <ucp/core/ucp_worker.inl>
 #include <ucp/wireup/wireup_ep.h>
 #include <uct/base/uct_iface.h>
+#include <uct/base/uct_iov.inl>
 #include <ucs/datastruct/string_buffer.h>
 #include <ucs/debug/log.h>
 
@@ -603,35 +604,14 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
     return UCS_OK;
 }
 
-static size_t ucp_failover_seq_iov_length(const uct_iov_t *iov, size_t iovcnt)
+/* Copy a UCT iov array to @a dest (UCP passes contiguous elements) */
+static void ucp_failover_seq_iov_copy(void *dest, const uct_iov_t *iov,
+                                      size_t iovcnt, size_t length)
 {
-    size_t length = 0;
-    size_t i;
+    ucs_iov_iter_t iter;
 
-    for (i = 0; i < iovcnt; ++i) {
-        length += iov[i].length * iov[i].count;
-    }
-
-    return length;
-}
-
-static size_t ucp_failover_seq_iov_copy(void *dest, const uct_iov_t *iov,
-                                        size_t iovcnt)
-{
-    size_t offset = 0;
-    size_t i;
-    unsigned j;
-
-    for (i = 0; i < iovcnt; ++i) {
-        for (j = 0; j < iov[i].count; ++j) {
-            memcpy(UCS_PTR_BYTE_OFFSET(dest, offset),
-                   UCS_PTR_BYTE_OFFSET(iov[i].buffer, j * iov[i].stride),
-                   iov[i].length);
-            offset += iov[i].length;
-        }
-    }
-
-    return offset;
+    ucs_iov_iter_init(&iter);
+    uct_iov_to_buffer(iov, iovcnt, &iter, dest, length);
 }
 
 static ucs_status_t
@@ -640,7 +620,7 @@ ucp_failover_seq_ep_am_short_iov(uct_ep_h uct_ep, uint8_t id,
 {
     ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
                                                    ucp_failover_seq_ep_t);
-    size_t length                 = ucp_failover_seq_iov_length(iov, iovcnt);
+    size_t length                 = uct_iov_total_length(iov, iovcnt);
     ucp_failover_seq_entry_t *entry;
     ucs_status_t status;
 
@@ -654,7 +634,7 @@ ucp_failover_seq_ep_am_short_iov(uct_ep_h uct_ep, uint8_t id,
         return status;
     }
 
-    ucp_failover_seq_iov_copy(entry->data, iov, iovcnt);
+    ucp_failover_seq_iov_copy(entry->data, iov, iovcnt, length);
     ucp_failover_seq_submit(seq_ep, entry, id, length);
     return UCS_OK;
 }
@@ -706,14 +686,15 @@ ucp_failover_seq_ep_am_zcopy(uct_ep_h uct_ep, uint8_t id, const void *header,
     }
 
     /* the data is copied, so the user's buffer is free at once */
-    length = header_length + ucp_failover_seq_iov_length(iov, iovcnt);
+    length = header_length + uct_iov_total_length(iov, iovcnt);
     status = ucp_failover_seq_reserve(seq_ep, length, &entry);
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
     }
 
     memcpy(entry->data, header, header_length);
-    ucp_failover_seq_iov_copy(entry->data + header_length, iov, iovcnt);
+    ucp_failover_seq_iov_copy(entry->data + header_length, iov, iovcnt,
+                              length - header_length);
     ucp_failover_seq_submit(seq_ep, entry, id, length);
     return UCS_OK;
 }
