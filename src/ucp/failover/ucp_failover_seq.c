@@ -772,6 +772,7 @@ static ucs_status_t ucp_failover_seq_ep_flush(uct_ep_h uct_ep, unsigned flags,
 {
     ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
                                                    ucp_failover_seq_ep_t);
+    ucs_status_t status;
 
     if (seq_ep->dead) {
         return UCS_OK;
@@ -783,7 +784,20 @@ static ucs_status_t ucp_failover_seq_ep_flush(uct_ep_h uct_ep, unsigned flags,
         return UCS_ERR_NO_RESOURCE;
     }
 
-    return uct_ep_flush(ucp_failover_seq_tl_ep(seq_ep), flags, comp);
+    status = uct_ep_flush(ucp_failover_seq_tl_ep(seq_ep), flags, comp);
+    if (!UCS_STATUS_IS_ERR(status) || (status == UCS_ERR_NO_RESOURCE) ||
+        (flags & UCT_FLUSH_FLAG_CANCEL)) {
+        return status;
+    }
+
+    /* The transport endpoint failed and its failover is still to come (it
+     * is deferred when the transport reported the error inside one of our
+     * sends). What was sent is retained and goes again on the next am lane,
+     * so the flush waits here and moves with the pending requests; the
+     * endpoint failing instead purges it with the error. */
+    ucs_debug("ep %p: am lane flush deferred: %s", seq_ep->super.ucp_ep,
+              ucs_status_string(status));
+    return UCS_ERR_NO_RESOURCE;
 }
 
 /* Requests that waited for the window, dispatched from progress */
