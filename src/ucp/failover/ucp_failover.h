@@ -84,6 +84,8 @@ typedef struct ucp_failover_ep {
     ucp_lane_map_t   failed_lanes;             /* Lanes in FAILED state */
     ucp_lane_map_t   peer_lane_valid;          /* Which peer_lane[] are known */
     ucp_lane_index_t peer_lane[UCP_MAX_LANES]; /* The peer's index of a lane */
+    uint16_t         tx_lane_sn[UCP_MAX_LANES];/* Last lane_sn sent, per lane */
+    uint16_t         rx_lane_sn[UCP_MAX_LANES];/* Last lane_sn handled */
     uint16_t         num_failovers;            /* Lane failovers so far */
     uint64_t         peer_uuid;                /* The peer worker's UUID */
     uint32_t         num_restarts;             /* Restarts since the last

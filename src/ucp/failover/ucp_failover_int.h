@@ -153,6 +153,9 @@ typedef struct {
     uint16_t         conn_sn;       /* the endpoint pair's connection number */
     uint64_t         sender_uuid;   /* the sender worker's UUID */
     uint32_t         token;         /* recovery messages: the attempt */
+    uint16_t         lane_sn;       /* messages on the am lane: their order
+                                       per lane and sender, from 1; 0 for
+                                       those sent over the lane itself */
     uint8_t          addr_len;      /* length of the address that follows */
 } UCS_S_PACKED ucp_failover_msg_t;
 

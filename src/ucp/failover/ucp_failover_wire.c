@@ -62,6 +62,7 @@ void ucp_failover_msg_init(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
     msg->conn_sn       = ep->conn_sn;
     msg->sender_uuid   = ep->worker->uuid;
     msg->token         = token;
+    msg->lane_sn       = 0;
     msg->addr_len      = 0;
 }
 
@@ -93,6 +94,43 @@ ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
     return UCS_OK;
 }
 
+/*
+ * Messages about a lane that go on the am lane are numbered per lane. They
+ * may reach the peer out of order: one the transport had no room for waits
+ * in the am lane's pending queue while a later one goes at once.
+ */
+static uint16_t ucp_failover_lane_sn_next(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+
+    if (++fo->tx_lane_sn[lane] == 0) {
+        fo->tx_lane_sn[lane] = 1; /* 0: not numbered */
+    }
+
+    return fo->tx_lane_sn[lane];
+}
+
+/* Whether a numbered message is older than one already handled: the later
+ * one says what the sender does now (a CONNECT overtaken by the CONNECT_ACK
+ * that abandoned its attempt, a LANE_DOWN overtaken by the lane's recovery) */
+static int ucp_failover_msg_is_stale(ucp_ep_h ep, ucp_lane_index_t lane,
+                                     const ucp_failover_msg_t *msg)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+
+    if (msg->lane_sn == 0) {
+        return 0;
+    }
+
+    if ((fo->rx_lane_sn[lane] != 0) &&
+        ((int16_t)(msg->lane_sn - fo->rx_lane_sn[lane]) <= 0)) {
+        return 1;
+    }
+
+    fo->rx_lane_sn[lane] = msg->lane_sn;
+    return 0;
+}
+
 void ucp_failover_wire_send(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
                             uint32_t token, const void *addr, size_t addr_len)
 {
@@ -114,6 +152,9 @@ void ucp_failover_wire_send(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
 
     ucp_failover_msg_init(ep, lane, type, token, msg);
     msg->addr_len = addr_len;
+    if (lane < UCP_MAX_LANES) {
+        msg->lane_sn = ucp_failover_lane_sn_next(ep, lane);
+    }
     memcpy(msg + 1, addr, addr_len);
     req->flags                    = 0;
     req->send.ep                  = ep;
@@ -232,6 +273,10 @@ static unsigned ucp_failover_msg_handle(void *arg)
     if (lane == UCP_NULL_LANE) {
         ucs_diag("ep %p: failover message %d for peer lane %d names no lane "
                  "of ours", ep, work->msg.type, work->msg.sender_lane);
+    } else if (ucp_failover_msg_is_stale(ep, lane, &work->msg)) {
+        ucs_debug("ep %p: failover message %d for lane[%d] overtaken (%u "
+                  "after %u), ignored", ep, work->msg.type, lane,
+                  work->msg.lane_sn, ucp_failover_ep(ep)->rx_lane_sn[lane]);
     } else if (work->msg.type != UCP_FAILOVER_MSG_LANE_DOWN) {
         ucp_failover_recover_msg(ep, lane, &work->msg, work->addr);
     } else if (ucp_failover_lane_is_failed(ep, lane)) {
@@ -302,8 +347,8 @@ static void ucp_failover_msg_dump(ucp_worker_h worker, uct_am_trace_type_t type,
                                                         sizeof(uint64_t));
 
     snprintf(buffer, max, "FAILOVER type %d sender_lane %d receiver_lane %d "
-             "token %u", msg->type, msg->sender_lane, msg->receiver_lane,
-             msg->token);
+             "token %u lane_sn %u", msg->type, msg->sender_lane,
+             msg->receiver_lane, msg->token, msg->lane_sn);
 }
 
 UCP_DEFINE_AM(UINT64_MAX, UCP_AM_ID_FAILOVER, ucp_failover_msg_handler,
