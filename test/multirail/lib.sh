@@ -80,6 +80,14 @@ mr_result() {
 
 mr_events() { grep -c "^EVENT .* kind=$2\b" "$1" || true; }
 
+# Lines of FILE matching the extended regex RE while traffic ran (before the
+# RESULT line): at teardown a peer that closes its connections one by one
+# can make lanes fail over, which is harmless and not part of a scenario
+mr_count_running() {
+    MR_RE=$2 awk '/^RESULT/ { exit } $0 ~ ENVIRON["MR_RE"] { n++ }
+                  END { print n + 0 }' "$1"
+}
+
 # First wall-clock time of an event of KIND in FILE (empty if none)
 mr_event_wall() {
     grep -m1 "^EVENT .* kind=$2\b" "$1" | tr ' ' '\n' | sed -n 's/^wall=//p'

@@ -3,7 +3,7 @@
 # any one rail, the am lane's included, must cost nothing.
 
 # failover on, and the info lines that name each failed lane
-MR_FO_ENV="UCX_MULTIRAIL_FAILOVER=y UCX_LOG_LEVEL=info"
+MR_FO_ENV="UCX_MULTIRAIL_FAILOVER=y UCX_LOG_LEVEL=${MR_LOG_LEVEL:-info}"
 MR_FAULT_ARGS=()
 
 # mr_pair_start RAILS DURATION "SERVER_ENV" "CLIENT_ENV" [mr_check args]:
@@ -79,7 +79,7 @@ t_failover_two_faults() {
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
     for role in client server; do
-        n=$(grep -c "failed (.*endpoint continues" "$MR_DIR/$role.out" || true)
+        n=$(mr_count_running "$MR_DIR/$role.out" "failed \\(.*endpoint continues")
         mr_expect_eq "$role lane failovers" 2 "$n"
     done
 }
@@ -98,9 +98,9 @@ t_failover_amlane_twice() {
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
     for role in client server; do
-        n=$(grep -c "failed (.*endpoint continues" "$MR_DIR/$role.out" || true)
+        n=$(mr_count_running "$MR_DIR/$role.out" "failed \\(.*endpoint continues")
         mr_expect_eq "$role lane failovers" 2 "$n"
-        n=$(grep -c "am lane moved" "$MR_DIR/$role.out" || true)
+        n=$(mr_count_running "$MR_DIR/$role.out" "am lane moved")
         mr_expect_eq "$role am lane moves" 2 "$n"
         mr_note+=" ${role}_resent=$(grep -o "[0-9]* message(s) not acknowledged" \
             "$MR_DIR/$role.out" | awk '{s += $1} END {print s + 0}')"

@@ -121,7 +121,7 @@ struct op {
     void         *req;
     uint8_t      *buf;
     size_t       buf_size;
-    int          phase;    /* RMA: 0 put+flush, 1 get */
+    int          phase;    /* RMA: 0 put, 1 flush, 2 get */
     uint64_t     post_idx; /* tag receive: order of posting */
     uint64_t     result;   /* AMO fetched value */
     am_hdr_t     hdr;      /* AM header, valid until the send completes */
