@@ -11,9 +11,11 @@ mr_back_wall() {
         awk -v t="${3:-0}" '$1 > t { print; exit }'
 }
 
-# Whether the last failover/recovery line of RAIL in FILE says it is back
+# Whether the last failover/recovery line of RAIL in FILE while traffic ran
+# (before RESULT: at teardown lanes may fail over again) says it is back
 mr_lane_is_back() {
-    grep -E "tcp/$2 (failed \(|is back)" "$1" | tail -1 | grep -q "is back"
+    awk '/^RESULT/ { exit } { print }' "$1" |
+        grep -E "tcp/$2 (failed \(|is back)" | tail -1 | grep -q "is back"
 }
 
 # mr_proc_stat FILE: "fds rss_kB" of the checker whose START line is in FILE

@@ -566,6 +566,95 @@ UCS_TEST_P(test_ucp_multirail_failover, last_lane_fails_endpoint)
     EXPECT_TRUE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
 }
 
+/* active messages of an id UCP does not use: dropped */
+static ucs_status_t drop_am(void *arg, void *data, size_t length,
+                            unsigned flags)
+{
+    return UCS_OK;
+}
+
+/*
+ * A real socket error while a zero-copy active message is half sent (a failed
+ * rail carrying large messages): UCT/TCP must complete the send once, with
+ * the error, and the lane fails over. Before patch 0025 the completion ran
+ * twice (assertion comp->count > 0). The data lane's socket is filled with
+ * zero-copy sends while the receiver does not progress, until one is left
+ * half sent; then its write side is shut down and the sender progresses.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, socket_error_mid_zcopy)
+{
+    /* an active message id UCP does not use: the receiver drops them */
+    static const uint8_t am_id = UCT_AM_ID_MAX - 1;
+    skip_unless_two_lanes();
+
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    uct_ep_h uct_ep       = sender().ep()->uct_eps[lane];
+    uct_tcp_ep_t *tcp_ep  = ucs_derived_of(uct_ep, uct_tcp_ep_t);
+    uct_iface_attr_t attr;
+
+    ASSERT_UCS_OK(uct_iface_query(uct_ep->iface, &attr));
+    ASSERT_TRUE(attr.cap.flags & UCT_IFACE_FLAG_AM_ZCOPY);
+    std::vector<char> buf(attr.cap.am.max_zcopy, 'z');
+
+    struct counting_comp {
+        uct_completion_t super;
+        unsigned         calls;
+        ucs_status_t     status;
+
+        static void cb(uct_completion_t *self)
+        {
+            counting_comp *c = ucs_container_of(self, counting_comp, super);
+            ++c->calls;
+            c->status = self->status;
+        }
+    } comp;
+
+    uct_iov_t iov = {buf.data(), buf.size(), UCT_MEM_HANDLE_NULL, 0, 1};
+    ucp_worker_h rx_worker = receiver().worker();
+    ucs_status_t status;
+    int i;
+
+    for (ucp_rsc_index_t j = 0; j < rx_worker->num_ifaces; ++j) {
+        ASSERT_UCS_OK(uct_iface_set_am_handler(rx_worker->ifaces[j]->iface,
+                                               am_id, drop_am, NULL,
+                                               UCT_CB_FLAG_ASYNC));
+    }
+
+    /* nothing progresses: the peer's socket buffer fills, then ours */
+    for (i = 0; i < 100000; ++i) {
+        comp.super.func   = counting_comp::cb;
+        comp.super.count  = 1;
+        comp.super.status = UCS_OK;
+        comp.calls        = 0;
+        status = uct_ep_am_zcopy(uct_ep, am_id, NULL, 0, &iov, 1, 0,
+                                 &comp.super);
+        if (status != UCS_OK) {
+            break;
+        }
+    }
+    ASSERT_EQ(UCS_INPROGRESS, status) << "after " << i << " sends";
+    UCS_TEST_MESSAGE << i << " zero-copy sends, the last one half sent";
+
+    scoped_log_handler wrap_err(wrap_errors_logger);
+    ASSERT_EQ(0, shutdown(tcp_ep->fd, SHUT_WR));
+    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+    while ((comp.calls == 0) && (ucs_get_time() < deadline)) {
+        sender().progress();
+    }
+    /* more progress would show a second completion */
+    for (i = 0; i < 100; ++i) {
+        sender().progress();
+    }
+
+    EXPECT_EQ(1u, comp.calls);
+    EXPECT_NE(UCS_OK, comp.status);
+    EXPECT_TRUE(ucp_failover_lane_is_failed(sender().ep(), lane));
+    wait_peer_failed(receiver(), 1);
+    exchange(8, 4);
+    exchange(1 << 20, 2);
+    EXPECT_EQ(0u, m_err_count);
+}
+
 /*
  * The receiving side of the sequencing: a message that arrives early is held
  * back and delivered in order, one that arrives twice is delivered once.
