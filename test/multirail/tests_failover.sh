@@ -24,6 +24,24 @@ mr_failover_wall() {
     grep -m1 "tcp/$2 failed (" "$1" | sed -n 's/^\[\([0-9.]*\)\].*/\1/p'
 }
 
+# The rails the am lane moved to in FILE while traffic ran, in order
+mr_am_rails() {
+    awk '/^RESULT/ { exit } { print }' "$1" |
+        sed -n 's/.*am lane moved from .* to lane\[[0-9]*\] \([^;]*\);.*/\1/p' |
+        tr '\n' ' '
+}
+
+# Both sides moved their am lanes to the same rails (the same lane pair)
+mr_expect_am_agree() {
+    local c s
+    c=$(mr_am_rails "$MR_DIR/client.out")
+    s=$(mr_am_rails "$MR_DIR/server.out")
+    [ -n "$c" ] || mr_fail "the client's am lane did not move"
+    [ "$c" = "$s" ] ||
+        mr_fail "the am lanes disagree: client moved to '$c', server to '$s'"
+    mr_note+=" am_lane_to=${c% }"
+}
+
 # t_failover_fault RAILS KIND RAIL SIDE CONN ERRMODE [SYSCTL...]
 # Extra checker arguments in the array MR_FAULT_ARGS; with MR_FAULT_BOUND
 # set, each side must fail over within that many seconds; with
@@ -56,6 +74,8 @@ t_failover_fault() {
             awk -v d="$dt" -v b="$MR_FAULT_BOUND" 'BEGIN { exit !(d < b) }' ||
             mr_fail "$role took ${dt}s to fail over r$rail (bound ${MR_FAULT_BOUND}s)"
     done
+    # the am lane's rail: both sides move the am lane to the same rail
+    [ "$rail" = 0 ] && mr_expect_am_agree
     [ "${MR_FAULT_IDLE:-0}" = 1 ] && return 0
     # the surviving rails carry the traffic after the fault
     w=$(mr_failover_wall "$MR_DIR/client.out" "r$rail")
@@ -105,6 +125,7 @@ t_failover_amlane_twice() {
         mr_note+=" ${role}_resent=$(grep -o "[0-9]* message(s) not acknowledged" \
             "$MR_DIR/$role.out" | awk '{s += $1} END {print s + 0}')"
     done
+    mr_expect_am_agree
     mr_note+=" r2_tx=$(mr_rail_tx "$MR_DIR/client.out" r2)"
 }
 

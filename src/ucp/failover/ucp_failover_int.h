@@ -11,6 +11,7 @@
 
 #include "ucp_failover.h"
 
+#include <ucp/core/ucp_ep.inl>
 #include <ucs/async/async_fwd.h>
 #include <ucs/datastruct/khash.h>
 #include <ucs/datastruct/queue_types.h>
@@ -24,7 +25,10 @@ typedef struct ucp_failover_seq ucp_failover_seq_t;
 
 
 /** The endpoint's failover state */
-ucp_failover_ep_t *ucp_failover_ep(ucp_ep_h ep);
+static UCS_F_ALWAYS_INLINE ucp_failover_ep_t *ucp_failover_ep(ucp_ep_h ep)
+{
+    return &ucp_ep_ext_control(ep)->failover;
+}
 
 
 /** Whether @a lane may fail over (else its failure fails the endpoint) */
@@ -66,8 +70,18 @@ void ucp_failover_key_set_am_lane(ucp_ep_config_key_t *key,
                                   struct ucs_string_buffer *strb);
 
 
+/** Create the sequencing state of the endpoint (NULL: no memory) */
+ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep);
+
+
 /** Sequencing state of the endpoint, created on first use (NULL: no memory) */
-ucp_failover_seq_t *ucp_failover_seq_get(ucp_ep_h ep);
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_t *
+ucp_failover_seq_get(ucp_ep_h ep)
+{
+    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+
+    return (seq != NULL) ? seq : ucp_failover_seq_create(ep);
+}
 
 
 /** Release the sequencing state (endpoint destruction) */
@@ -155,7 +169,8 @@ typedef struct {
     uint32_t         token;         /* recovery messages: the attempt */
     uint16_t         lane_sn;       /* messages on the am lane: their order
                                        per lane and sender, from 1; 0 for
-                                       those sent over the lane itself */
+                                       those sent over the lane itself and
+                                       for CLOSING */
     uint8_t          addr_len;      /* length of the address that follows */
 } UCS_S_PACKED ucp_failover_msg_t;
 

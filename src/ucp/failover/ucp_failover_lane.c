@@ -27,11 +27,6 @@
 #include <ucs/datastruct/string_buffer.h>
 
 
-ucp_failover_ep_t *ucp_failover_ep(ucp_ep_h ep)
-{
-    return &ucp_ep_ext_control(ep)->failover;
-}
-
 /*
  * Multi-fragment eager/AM data (and rendezvous data sent as AM fragments)
  * is striped over the am_bw lanes. Over TCP a fragment "completes" when it
@@ -269,14 +264,33 @@ void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
 }
 
 /*
- * A lane that can carry the ordered messages in place of the am lane: the
- * first lane, in lane order, that is connected, not failed (nor in
- * @a failing), not the CM lane, and whose transport sends active messages
- * (short and bcopy, with limits no smaller than the am lane's).
+ * The order in which both peers consider lanes for the am lane: one side's
+ * lane numbering. The side that processed the peer's wireup request kept
+ * the peer's index of each lane and orders by it; the other orders by its
+ * own. (Lanes connected to the peer's interface have no such map on either
+ * side, and the same index on both.)
+ */
+static unsigned ucp_failover_am_order(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+
+    return (fo->peer_lane_valid & UCS_BIT(lane)) ? fo->peer_lane[lane] : lane;
+}
+
+/*
+ * A lane that can carry the ordered messages in place of the am lane: of
+ * the lanes that are connected, not failed (nor in @a failing), not the CM
+ * lane, and whose transport sends active messages (short and bcopy, with
+ * limits no smaller than the am lane's), the first in the order both peers
+ * use. So two peers that saw the same lanes fail and come back move their
+ * am lanes to the same pair, whichever noticed first. (They can differ when
+ * a lane comes back on one side while the am lane fails; correctness does
+ * not depend on it: sequenced messages are accepted on any lane.)
  */
 ucp_lane_index_t ucp_failover_am_survivor(ucp_ep_h ep, ucp_lane_map_t failing)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_lane_index_t best = UCP_NULL_LANE;
     const uct_iface_attr_t *attr, *am_attr;
     ucp_rsc_index_t rsc_index;
     ucp_lane_index_t lane;
@@ -312,12 +326,15 @@ ucp_lane_index_t ucp_failover_am_survivor(ucp_ep_h ep, ucp_lane_map_t failing)
             (attr->cap.am.max_bcopy >= am_attr->cap.am.max_bcopy) &&
             (!(am_attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) ||
              ((attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) &&
-              (attr->cap.am.max_zcopy >= am_attr->cap.am.max_zcopy)))) {
-            return lane;
+              (attr->cap.am.max_zcopy >= am_attr->cap.am.max_zcopy))) &&
+            ((best == UCP_NULL_LANE) ||
+             (ucp_failover_am_order(ep, lane) <
+              ucp_failover_am_order(ep, best)))) {
+            best = lane;
         }
     }
 
-    return UCP_NULL_LANE;
+    return best;
 }
 
 static void

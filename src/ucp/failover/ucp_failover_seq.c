@@ -118,6 +118,9 @@ typedef struct ucp_failover_seq_ep {
     ucp_worker_h       worker;
     unsigned           busy;          /* depth of its own code on the stack */
     int                dead;          /* unwrapped while busy: freed later */
+    int                failing;       /* the transport failed in our own
+                                         call: its failover runs from
+                                         progress */
     /* the transport's limits, trailer included, and the retention bound */
     size_t             max_short;
     size_t             max_bcopy;
@@ -157,15 +160,12 @@ struct ucp_failover_seq {
 static uct_iface_ops_t ucp_failover_seq_ep_ops;
 
 
-ucp_failover_seq_t *ucp_failover_seq_get(ucp_ep_h ep)
+ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
     ucp_failover_seq_t *seq;
 
-    if (fo->seq != NULL) {
-        return fo->seq;
-    }
-
+    ucs_assert(fo->seq == NULL);
     seq = ucs_calloc(1, sizeof(*seq), "failover_seq");
     if (seq == NULL) {
         ucs_error("ep %p: no memory for the sequencing state", ep);
@@ -784,17 +784,22 @@ static ucs_status_t ucp_failover_seq_ep_flush(uct_ep_h uct_ep, unsigned flags,
         return UCS_ERR_NO_RESOURCE;
     }
 
+    /* an error the transport raises in the flush is handled as in sends */
+    ++seq_ep->busy;
     status = uct_ep_flush(ucp_failover_seq_tl_ep(seq_ep), flags, comp);
-    if (!UCS_STATUS_IS_ERR(status) || (status == UCS_ERR_NO_RESOURCE) ||
-        (flags & UCT_FLUSH_FLAG_CANCEL)) {
+    --seq_ep->busy;
+    if (seq_ep->dead || !UCS_STATUS_IS_ERR(status) ||
+        (status == UCS_ERR_NO_RESOURCE) || (flags & UCT_FLUSH_FLAG_CANCEL) ||
+        !seq_ep->failing) {
         return status;
     }
 
-    /* The transport endpoint failed and its failover is still to come (it
-     * is deferred when the transport reported the error inside one of our
-     * sends). What was sent is retained and goes again on the next am lane,
-     * so the flush waits here and moves with the pending requests; the
-     * endpoint failing instead purges it with the error. */
+    /* The transport endpoint failed and its failover is still to come
+     * (deferred because the transport reported the error inside one of our
+     * calls). What was sent is retained and goes again on the next am lane,
+     * so the flush waits here (the failed transport endpoint queues the
+     * resume request) and moves with the pending requests; the endpoint
+     * failing instead purges it with the error. */
     ucs_debug("ep %p: am lane flush deferred: %s", seq_ep->super.ucp_ep,
               ucs_status_string(status));
     return UCS_ERR_NO_RESOURCE;
@@ -859,6 +864,7 @@ UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
     self->worker        = ep->worker;
     self->busy          = 0;
     self->dead          = 0;
+    self->failing       = 0;
     ucp_failover_seq_ep_limits(self, ep, ucp_ep_get_am_lane(ep));
     ucs_queue_head_init(&self->pending);
     return UCS_OK;
@@ -1090,6 +1096,8 @@ int ucp_failover_seq_defer_error(ucp_ep_h ep, ucp_lane_index_t lane,
         return 0;
     }
 
+    seq->seq_ep->failing = 1;
+
     d->worker = ep->worker;
     d->ep_id  = ucp_ep_local_id(ep);
     d->lane   = lane;
@@ -1117,6 +1125,7 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
     ucp_failover_seq_entry_t *entry;
     uct_pending_req_priv_queue_t *priv;
     ucp_failover_seq_purge_arg_t purge;
+    UCS_STRING_BUFFER_ONSTACK(desc, 128);
     uct_ep_h old_tl_ep;
     unsigned count = 0;
 
@@ -1134,6 +1143,7 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
                             ucp_request_purge_enqueue_cb, replay_q);
     seq_ep->resume_queued = 0;
     seq_ep->window_full   = 0;
+    seq_ep->failing       = 0;
 
     /* the sequencing endpoint takes the new lane's transport endpoint; the
      * caller discards the old one */
@@ -1153,9 +1163,13 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
                       ucs_queue_head_elem_non_empty(&seq->retained,
                                                     ucp_failover_seq_entry_t,
                                                     queue);
-    ucs_info("ep %p: am lane moved from lane[%d] to lane[%d]; %u message(s) "
-             "not acknowledged are sent again (%u..%u)", ep, old_lane,
-             new_lane, count, (seq->unsent != NULL) ? seq->unsent->sn : 0,
+    ucs_string_buffer_appendf(&desc, "lane[%d] ", old_lane);
+    ucp_ep_get_lane_info_str(ep, old_lane, &desc);
+    ucs_string_buffer_appendf(&desc, " to lane[%d] ", new_lane);
+    ucp_ep_get_lane_info_str(ep, new_lane, &desc);
+    ucs_info("ep %p: am lane moved from %s; %u message(s) not acknowledged "
+             "are sent again (%u..%u)", ep, ucs_string_buffer_cstr(&desc),
+             count, (seq->unsent != NULL) ? seq->unsent->sn : 0,
              seq->tx_next - 1);
     return old_tl_ep;
 }
@@ -1489,4 +1503,25 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                               seq->retained_bytes, seq->retained_max,
                               seq->window_stalls, seq->rx_msgs, seq->rx_dups,
                               seq->rx_held, seq->acks_sent);
+
+    /* where the sequence stands (a stalled endpoint shows why) */
+    ucs_string_buffer_appendf(strb, "; next %u, oldest unacknowledged %u, "
+                              "first unsent %u, expecting %u, %zu held",
+                              seq->tx_next,
+                              ucs_queue_is_empty(&seq->retained) ? 0 :
+                              ucs_queue_head_elem_non_empty(
+                                      &seq->retained, ucp_failover_seq_entry_t,
+                                      queue)->sn,
+                              (seq->unsent != NULL) ? seq->unsent->sn : 0,
+                              seq->rx_next, ucs_list_length(&seq->held));
+    if (seq->seq_ep != NULL) {
+        ucs_string_buffer_appendf(strb, "; %zu request(s) waiting%s%s%s%s",
+                                  ucs_queue_length(&seq->seq_ep->pending),
+                                  seq->seq_ep->window_full ?
+                                  ", window full" : "",
+                                  seq->seq_ep->resume_queued ?
+                                  ", resume queued" : "",
+                                  seq->seq_ep->failing ? ", failing" : "",
+                                  seq->seq_ep->dead ? ", dead" : "");
+    }
 }

@@ -152,7 +152,7 @@ void ucp_failover_wire_send(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
 
     ucp_failover_msg_init(ep, lane, type, token, msg);
     msg->addr_len = addr_len;
-    if (lane < UCP_MAX_LANES) {
+    if ((lane < UCP_MAX_LANES) && (type != UCP_FAILOVER_MSG_CLOSING)) {
         msg->lane_sn = ucp_failover_lane_sn_next(ep, lane);
     }
     memcpy(msg + 1, addr, addr_len);

@@ -229,6 +229,10 @@ static void event(const char *kind, const char *fmt, ...)
         va_end(ap);
     }
     printf("\n");
+    if ((strcmp(kind, "hang") == 0) && (g.ep != NULL)) {
+        /* the endpoint's lanes and sequencing state, for the diagnosis */
+        ucp_ep_print_info(g.ep, stdout);
+    }
     fflush(stdout);
 }
 
