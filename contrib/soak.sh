@@ -36,5 +36,6 @@ unset $(env | sed -n 's/^\(UCX_[A-Z0-9_]*\)=.*/\1/p') 2>/dev/null || true
 
 mr_run_test soak_random_faults t_soak "$secs" 3
 cleanup
+mr_account_aborted
 echo "$mr_passed passed, $mr_failed failed, $mr_skipped skipped"
 [ "$mr_failed" = 0 ]

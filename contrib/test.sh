@@ -53,5 +53,6 @@ echo "test time: $(( $(date +%s) - t0 )) s; logs: $MRFO_RESULTS" >&2
 if [ ${#mr_failures[@]} -gt 0 ]; then
     echo "failed: ${mr_failures[*]}" >&2
 fi
+mr_account_aborted
 echo "$mr_passed passed, $mr_failed failed, $mr_skipped skipped"
 [ "$mr_failed" = 0 ]

@@ -148,9 +148,22 @@ mr_expect_clean() {
 
 # mr_run_test NAME FUNCTION [ARGS]: run one test, count the outcome.
 # The function sets mr_test_ok=0 on failure, or returns 77 to skip.
+# A test function that a shell error aborted (an expansion error returns to
+# the top level, past mr_run_test's accounting) counts as failed; called by
+# each mr_run_test and before the summary line
+mr_account_aborted() {
+    [ -n "${mr_current:-}" ] || return 0
+    echo "[ FAIL ] $mr_current (aborted by a shell error), logs in" \
+         "$MRFO_RESULTS/$mr_current" >&2
+    mr_failed=$((mr_failed + 1))
+    mr_failures+=("$mr_current")
+    mr_current=
+}
+
 mr_run_test() {
     local name=$1 fn=$2 rc t0
     shift 2
+    mr_account_aborted
     if [ -n "${MR_FILTER:-}" ] && ! [[ $name == $MR_FILTER ]]; then
         return 0
     fi
@@ -161,7 +174,9 @@ mr_run_test() {
     mr_note=""
     t0=$(mr_now)
     echo "[ RUN  ] $name" >&2
+    mr_current=$name
     "$fn" "$@" && rc=0 || rc=$?
+    mr_current=
     if [ $rc = 77 ]; then
         echo "[ SKIP ] $name ${mr_note}" >&2
         mr_skipped=$((mr_skipped + 1))

@@ -32,7 +32,7 @@ mr_soak_wait_healed() {
 t_soak() {
     local secs=$1 rails=${2:-3} seed=${MR_SOAK_SEED:-$((RANDOM * 32768 + RANDOM))}
     local kinds=(rst down blackhole drop-both drop-in delete) kind rail side
-    local n=0 end msgs role f b unhealed=0 env
+    local n=0 end msgs role f b unhealed=0 env kv v
     local -A per_kind=()
     RANDOM=$((seed % 32768))
     env="$MR_FO_ENV UCX_MULTIRAIL_REPROBE_MAX_INTERVAL=1s"
@@ -64,11 +64,13 @@ t_soak() {
     done
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
-    msgs=$(( $(mr_result "$MR_DIR/server.out" tag_recv) +
-             $(mr_result "$MR_DIR/server.out" am_recv) +
-             $(mr_result "$MR_DIR/server.out" stream_recv) +
-             $(mr_result "$MR_DIR/client.out" rma_recv) +
-             $(mr_result "$MR_DIR/client.out" amo_recv) ))
+    # a side that died has no RESULT line: its counts are 0
+    msgs=0
+    for kv in server:tag_recv server:am_recv server:stream_recv \
+              client:rma_recv client:amo_recv; do
+        v=$(mr_result "$MR_DIR/${kv%%:*}.out" "${kv#*:}")
+        msgs=$((msgs + ${v:-0}))
+    done
     mr_note="seed=$seed injections=$n messages_checked=$msgs"
     for kind in "${!per_kind[@]}"; do
         mr_note+=" $kind=${per_kind[$kind]}"

@@ -167,7 +167,7 @@ void ucp_failover_ep_lane_info_str(ucp_ep_h ep, ucp_lane_index_t lane,
 void ucp_failover_ep_print(ucp_ep_h ep, FILE *stream)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
-    UCS_STRING_BUFFER_ONSTACK(strb, 256);
+    UCS_STRING_BUFFER_ONSTACK(strb, 1024);
 
     if (!ucp_failover_is_enabled(ep->worker->context)) {
         return;

@@ -141,6 +141,8 @@ struct ucp_failover_seq {
     /* receive side */
     uint32_t                 rx_next;      /* number expected next */
     uint32_t                 rx_ack_sent;  /* last acknowledged to the peer */
+    int                      ack_again;    /* the am lane moved: the last
+                                              acknowledgement may be lost */
     size_t                   rx_unacked_bytes;
     ucs_list_link_t          held;         /* arrived early, by number */
     /* counters */
@@ -150,6 +152,10 @@ struct ucp_failover_seq {
     uint64_t                 rx_dups;
     uint64_t                 rx_held;
     uint64_t                 acks_sent;
+    uint64_t                 acks_unsent;   /* ack-only messages the am
+                                               lane did not take */
+    ucs_status_t             ack_status;    /* of the last one not taken */
+    uint32_t                 tx_acked;      /* highest ack received */
     size_t                   retained_max;  /* high-water mark, bytes */
     ucs_queue_head_t         cache;         /* released small entries */
     unsigned                 cache_count;
@@ -276,6 +282,8 @@ ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq, size_t length)
 }
 
 static void ucp_failover_seq_dispatch_schedule(ucp_failover_seq_ep_t *seq_ep);
+static ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq);
+static void ucp_failover_seq_adopt_cb(uct_pending_req_t *req, void *arg);
 
 /* The peer delivered our messages up to @a ack: release them */
 static void ucp_failover_seq_release(ucp_failover_seq_t *seq, uint32_t ack)
@@ -343,6 +351,7 @@ static void ucp_failover_seq_hdr_fill(ucp_failover_seq_t *seq,
     memcpy(&hdr->flags, &flags, sizeof(flags));
     seq->rx_ack_sent      = ack;
     seq->rx_unacked_bytes = 0;
+    seq->ack_again        = 0;
 }
 
 static size_t ucp_failover_seq_pack_entry(void *dest, void *arg)
@@ -1153,11 +1162,23 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
     ep->uct_eps[old_lane] = old_tl_ep;
     ucp_failover_seq_ep_limits(seq_ep, ep, new_lane);
 
+    /* requests waiting on the new lane's transport endpoint (it carried
+     * other roles) wait in ours from now on: dispatched by the transport,
+     * they would find the backlog first and neither send nor complete,
+     * which UCT/TCP does not allow (the 2,150 s soak hit its assertion) */
+    uct_ep_pending_purge(ucp_failover_seq_tl_ep(seq_ep),
+                         ucp_failover_seq_adopt_cb, seq_ep);
+
     /* everything not acknowledged goes again, first, in order */
     ucs_queue_for_each(entry, &seq->retained, queue) {
         ++count;
     }
 
+    /* Acknowledgements went on the old lane too, unretained: the last ones
+     * may be lost with it (the peer's retained messages then fill its
+     * window, and it waits for good). Acknowledge again on the new lane:
+     * the messages sent again carry it, else an ack-only message does. */
+    seq->ack_again  = 1;
     seq->tx_resent += count;
     seq->unsent     = ucs_queue_is_empty(&seq->retained) ? NULL :
                       ucs_queue_head_elem_non_empty(&seq->retained,
@@ -1180,6 +1201,10 @@ void ucp_failover_seq_resend(ucp_ep_h ep)
 
     if ((seq != NULL) && (seq->seq_ep != NULL)) {
         ucp_failover_seq_kick(seq->seq_ep);
+        if (seq->ack_again) {
+            /* nothing carried it: on its own (else the next probe round) */
+            ucp_failover_seq_send_ack(seq);
+        }
     }
 }
 
@@ -1221,7 +1246,11 @@ static ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq)
     if (status == UCS_OK) {
         seq->rx_ack_sent      = hdr.ack;
         seq->rx_unacked_bytes = 0;
+        seq->ack_again        = 0;
         ++seq->acks_sent;
+    } else {
+        ++seq->acks_unsent;
+        seq->ack_status = status;
     }
 
     return status;
@@ -1236,7 +1265,8 @@ void ucp_failover_seq_round(ucp_ep_h ep)
     }
 
     /* acknowledgements not sent yet, and a backlog that waits for a lane */
-    if (seq->rx_ack_sent != ucp_failover_seq_rx_delivered(seq)) {
+    if ((seq->rx_ack_sent != ucp_failover_seq_rx_delivered(seq)) ||
+        seq->ack_again) {
         ucp_failover_seq_send_ack(seq);
     }
 
@@ -1358,6 +1388,10 @@ ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
     if (seq == NULL) {
         return ucp_failover_seq_deliver(worker, hdr.am_id, data, length,
                                         flags);
+    }
+
+    if ((int32_t)(hdr.ack - seq->tx_acked) > 0) {
+        seq->tx_acked = hdr.ack;
     }
 
     ucp_failover_seq_release(seq, hdr.ack);
@@ -1505,15 +1539,19 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                               seq->rx_held, seq->acks_sent);
 
     /* where the sequence stands (a stalled endpoint shows why) */
-    ucs_string_buffer_appendf(strb, "; next %u, oldest unacknowledged %u, "
-                              "first unsent %u, expecting %u, %zu held",
-                              seq->tx_next,
+    ucs_string_buffer_appendf(strb, "; next %u, acknowledged up to %u, "
+                              "oldest unacknowledged %u, first unsent %u, "
+                              "expecting %u, acknowledged to the peer up to "
+                              "%u, %" PRIu64 " ack(s) not taken (%s), %zu "
+                              "held", seq->tx_next, seq->tx_acked,
                               ucs_queue_is_empty(&seq->retained) ? 0 :
                               ucs_queue_head_elem_non_empty(
                                       &seq->retained, ucp_failover_seq_entry_t,
                                       queue)->sn,
                               (seq->unsent != NULL) ? seq->unsent->sn : 0,
-                              seq->rx_next, ucs_list_length(&seq->held));
+                              seq->rx_next, seq->rx_ack_sent, seq->acks_unsent,
+                              ucs_status_string(seq->ack_status),
+                              ucs_list_length(&seq->held));
     if (seq->seq_ep != NULL) {
         ucs_string_buffer_appendf(strb, "; %zu request(s) waiting%s%s%s%s",
                                   ucs_queue_length(&seq->seq_ep->pending),
