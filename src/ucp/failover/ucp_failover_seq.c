@@ -283,7 +283,6 @@ ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq, size_t length)
 
 static void ucp_failover_seq_dispatch_schedule(ucp_failover_seq_ep_t *seq_ep);
 static ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq);
-static void ucp_failover_seq_adopt_cb(uct_pending_req_t *req, void *arg);
 
 /* The peer delivered our messages up to @a ack: release them */
 static void ucp_failover_seq_release(ucp_failover_seq_t *seq, uint32_t ack)
@@ -1162,12 +1161,6 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
     ep->uct_eps[old_lane] = old_tl_ep;
     ucp_failover_seq_ep_limits(seq_ep, ep, new_lane);
 
-    /* requests waiting on the new lane's transport endpoint (it carried
-     * other roles) wait in ours from now on: dispatched by the transport,
-     * they would find the backlog first and neither send nor complete,
-     * which UCT/TCP does not allow (the 2,150 s soak hit its assertion) */
-    uct_ep_pending_purge(ucp_failover_seq_tl_ep(seq_ep),
-                         ucp_failover_seq_adopt_cb, seq_ep);
 
     /* everything not acknowledged goes again, first, in order */
     ucs_queue_for_each(entry, &seq->retained, queue) {
