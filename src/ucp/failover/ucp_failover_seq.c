@@ -503,9 +503,27 @@ static ucs_status_t ucp_failover_seq_resume_progress(uct_pending_req_t *self)
 }
 
 /*
+ * A message is declined (requests wait, or the window is full). The caller
+ * may be a request that the transport dispatched from its own pending queue
+ * (one queued on the lane before it became the am lane), ahead of the resume
+ * request: make sure the wrapper moves along from progress even if the
+ * transport retries that request first.
+ */
+static ucs_status_t ucp_failover_seq_decline(ucp_failover_seq_ep_t *seq_ep)
+{
+    if (!seq_ep->window_full) {
+        ucp_failover_seq_dispatch_schedule(seq_ep);
+    }
+
+    return UCS_ERR_NO_RESOURCE;
+}
+
+/*
  * Take a message for sending: reserve a retained entry of @a length bytes
- * (the trailer comes on top), or UCS_ERR_NO_RESOURCE while the retention is
- * full.
+ * (the trailer comes on top), or UCS_ERR_NO_RESOURCE while requests wait or
+ * the retention is full. A message not sent yet (the transport had no room)
+ * does not decline the next one: it is numbered after it and goes after it,
+ * so the order holds, and a request the transport dispatches finds room.
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
@@ -513,11 +531,10 @@ ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
 {
     ucp_failover_seq_t *seq = seq_ep->seq;
 
-    /* behind messages not sent yet, or requests waiting: keep the order */
-    if (ucs_unlikely((seq->unsent != NULL) ||
-                     (!ucs_queue_is_empty(&seq_ep->pending) &&
-                      !seq_ep->dispatching))) {
-        return UCS_ERR_NO_RESOURCE;
+    /* behind requests waiting: keep the order */
+    if (ucs_unlikely(!ucs_queue_is_empty(&seq_ep->pending) &&
+                     !seq_ep->dispatching)) {
+        return ucp_failover_seq_decline(seq_ep);
     }
 
     if (ucs_unlikely(seq->retained_bytes >= seq_ep->retain)) {
@@ -559,7 +576,14 @@ static void ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
     seq->retained_max    = ucs_max(seq->retained_max, seq->retained_bytes);
     ++seq->tx_msgs;
 
-    ucs_assert(seq->unsent == NULL);
+    if (seq->unsent != NULL) {
+        /* after the messages not sent yet */
+        if (!seq_ep->dispatching) {
+            ucp_failover_seq_kick(seq_ep);
+        }
+        return;
+    }
+
     ++seq_ep->busy;
     status = ucp_failover_seq_tl_send(seq, ucp_failover_seq_tl_ep(seq_ep),
                                       entry);

@@ -573,6 +573,16 @@ static ucs_status_t drop_am(void *arg, void *data, size_t length,
     return UCS_OK;
 }
 
+/* the worker's interfaces drop active messages of @a am_id */
+static void drop_am_on(ucp_worker_h worker, uint8_t am_id)
+{
+    for (ucp_rsc_index_t j = 0; j < worker->num_ifaces; ++j) {
+        ASSERT_UCS_OK(uct_iface_set_am_handler(worker->ifaces[j]->iface,
+                                               am_id, drop_am, NULL,
+                                               UCT_CB_FLAG_ASYNC));
+    }
+}
+
 /*
  * A real socket error while a zero-copy active message is half sent (a failed
  * rail carrying large messages): UCT/TCP must complete the send once, with
@@ -614,11 +624,7 @@ UCS_TEST_P(test_ucp_multirail_failover, socket_error_mid_zcopy)
     ucs_status_t status;
     int i;
 
-    for (ucp_rsc_index_t j = 0; j < rx_worker->num_ifaces; ++j) {
-        ASSERT_UCS_OK(uct_iface_set_am_handler(rx_worker->ifaces[j]->iface,
-                                               am_id, drop_am, NULL,
-                                               UCT_CB_FLAG_ASYNC));
-    }
+    drop_am_on(rx_worker, am_id);
 
     /* nothing progresses: the peer's socket buffer fills, then ours */
     for (i = 0; i < 100000; ++i) {
@@ -652,6 +658,128 @@ UCS_TEST_P(test_ucp_multirail_failover, socket_error_mid_zcopy)
     wait_peer_failed(receiver(), 1);
     exchange(8, 4);
     exchange(1 << 20, 2);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/*
+ * A request that waits on a lane's transport endpoint when that lane becomes
+ * the am lane is dispatched by the transport into the sequencing endpoint,
+ * which may have to decline it (its window is full, older requests wait in
+ * it). UCT/TCP asserted that a request it dispatches with room in its send
+ * buffer sends or completes (seen once in the soak); patch 0026 has it wait
+ * for the next write event. The data lane's socket is filled (the receiver
+ * does not progress), a request that sends a tagged message through the
+ * lane's current UCP endpoint is queued on it, the am lane's window is filled
+ * and more messages wait; then the am lane fails and moves to the data lane.
+ * Every message must arrive once, in order, with no error.
+ */
+struct test_lane_req {
+    uct_pending_req_t super;
+    ucp_ep_h          ep;
+    ucp_lane_index_t  lane;
+    uint64_t          payload;
+    unsigned          calls;
+    int               sent;
+
+    static ucs_status_t progress(uct_pending_req_t *self)
+    {
+        test_lane_req *req = ucs_container_of(self, test_lane_req, super);
+        ucs_status_t status;
+
+        ++req->calls;
+        status = uct_ep_am_short(req->ep->uct_eps[req->lane],
+                                 UCP_AM_ID_EAGER_ONLY, 0x7a9,
+                                 &req->payload, sizeof(req->payload));
+        if (status == UCS_OK) {
+            req->sent = 1;
+        }
+        return status;
+    }
+};
+
+UCS_TEST_P(test_ucp_multirail_failover, request_waits_on_new_am_lane,
+           "MULTIRAIL_RETAIN=64k", "RNDV_THRESH=inf")
+{
+    static const uint8_t am_id = UCT_AM_ID_MAX - 1;
+    static const size_t size   = 4000; /* one bcopy fragment */
+    static const int count     = 48;   /* 3 windows */
+    skip_unless_two_lanes();
+
+    ucp_ep_h ep              = sender().ep();
+    ucp_lane_index_t am_lane = ucp_ep_get_am_lane(ep);
+    ucp_lane_index_t lane    = data_lane(ep);
+    uct_ep_h tl_ep           = ep->uct_eps[lane];
+    ucp_worker_h rx_worker   = receiver().worker();
+    std::vector<char> fill(256, 'f');
+    ucp_request_param_t param = {};
+    std::vector<std::vector<char> > sbufs, rbufs;
+    std::vector<void*> sreqs, rreqs;
+    test_lane_req req;
+    ucs_status_t status;
+    uint64_t rx_payload = 0;
+    int i;
+
+    drop_am_on(rx_worker, am_id);
+
+    /* the data lane's socket full: the receiver does not progress */
+    for (i = 0; i < 1000000; ++i) {
+        status = uct_ep_am_short(tl_ep, am_id, 0, fill.data(), fill.size());
+        if (status != UCS_OK) {
+            break;
+        }
+    }
+    ASSERT_EQ(UCS_ERR_NO_RESOURCE, status) << "after " << i << " sends";
+
+    req.super.func = test_lane_req::progress;
+    req.ep         = ep;
+    req.lane       = lane;
+    req.payload    = 0x5eed;
+    req.calls      = 0;
+    req.sent       = 0;
+    ASSERT_UCS_OK(uct_ep_pending_add(tl_ep, &req.super, 0));
+
+    /* tagged messages on the am lane: the window (64 KiB) fills, the rest
+     * waits in the sequencing endpoint */
+    void *rx_req = ucp_tag_recv_nbx(rx_worker, &rx_payload,
+                                    sizeof(rx_payload), 0x7a9, (ucp_tag_t)-1,
+                                    &param);
+    for (i = 0; i < count; ++i) {
+        sbufs.push_back(std::vector<char>(size, (char)(i * 3 + 1)));
+        rbufs.push_back(std::vector<char>(size, 0));
+        rreqs.push_back(ucp_tag_recv_nbx(rx_worker, rbufs.back().data(),
+                                         size, 0x7a8, (ucp_tag_t)-1,
+                                         &param));
+        sreqs.push_back(ucp_tag_send_nbx(ep, sbufs.back().data(), size,
+                                         0x7a8, &param));
+    }
+    for (i = 0; i < 100; ++i) {
+        sender().progress();
+    }
+    EXPECT_EQ(0u, req.calls);
+
+    fail_lane(sender(), am_lane);
+    ASSERT_EQ(lane, ucp_ep_get_am_lane(ep));
+    EXPECT_TRUE(ucp_failover_seq_active(ep));
+
+    /* the receiver drains the data lane: UCT/TCP dispatches the request */
+    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+    while ((!req.sent ||
+            (ucp_request_check_status(rx_req) == UCS_INPROGRESS)) &&
+           (ucs_get_time() < deadline)) {
+        progress();
+    }
+    ASSERT_TRUE(req.sent) << req.calls << " dispatch(es)";
+    UCS_TEST_MESSAGE << "request dispatched " << req.calls << " time(s)";
+    sreqs.push_back(rx_req);
+    ASSERT_UCS_OK(requests_wait(sreqs));
+    ASSERT_UCS_OK(requests_wait(rreqs));
+    EXPECT_EQ(0x5eedu, rx_payload);
+    for (i = 0; i < count; ++i) {
+        EXPECT_TRUE(sbufs[i] == rbufs[i]) << "message " << i;
+    }
+
+    wait_peer_failed(receiver(), 1);
+    exchange(8, 4);
     EXPECT_EQ(0u, m_err_count);
 }
 
