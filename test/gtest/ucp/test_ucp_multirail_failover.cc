@@ -7,6 +7,7 @@
 #include "ucp_test.h"
 
 #include <algorithm>
+#include <ifaddrs.h>
 #include <set>
 #include <string>
 #include <vector>
@@ -280,6 +281,7 @@ UCS_TEST_F(test_uct_tcp_device_order, sorted_by_name) {
 extern "C" {
 #include <ucp/core/ucp_ep.inl>
 #include <ucp/core/ucp_proxy_ep.h>
+#include <ucp/wireup/wireup_ep.h>
 #include <ucp/core/ucp_worker.inl>
 #include <ucp/failover/ucp_failover_int.h>
 #include <ucs/sys/dev_event.h>
@@ -299,15 +301,26 @@ class test_ucp_multirail_failover : public ucp_test {
 public:
     enum {
         ERR_MODE_PEER = 0,
-        ERR_MODE_NONE = 1
+        ERR_MODE_NONE = 1,
+        SOCKADDR      = 8  /* client/server endpoints, else worker address */
     };
 
-    static void get_test_variants(std::vector<ucp_test_variant> &variants)
+    static void
+    add_err_mode_variants(std::vector<ucp_test_variant> &variants)
     {
         add_variant_with_value(variants, UCP_FEATURE_TAG, ERR_MODE_PEER,
                                "peer");
         add_variant_with_value(variants, UCP_FEATURE_TAG, ERR_MODE_NONE,
                                "none");
+    }
+
+    static void get_test_variants(std::vector<ucp_test_variant> &variants)
+    {
+        add_err_mode_variants(variants);
+        add_variant_with_value(variants, UCP_FEATURE_TAG,
+                               ERR_MODE_PEER | SOCKADDR, "peer/sockaddr");
+        add_variant_with_value(variants, UCP_FEATURE_TAG,
+                               ERR_MODE_NONE | SOCKADDR, "none/sockaddr");
     }
 
     test_ucp_multirail_failover() : m_err_count(0)
@@ -327,13 +340,134 @@ public:
     void init()
     {
         ucp_test::init();
-        sender().connect(&receiver(), get_ep_params());
-        receiver().connect(&sender(), get_ep_params());
+        if (get_variant_value() & SOCKADDR) {
+            connect_sockaddr();
+        } else {
+            sender().connect(&receiver(), get_ep_params());
+            receiver().connect(&sender(), get_ep_params());
+        }
         /* complete wireup both ways */
         exchange(8, 1);
     }
 
+    void cleanup()
+    {
+        if ((get_variant_value() & SOCKADDR) && err_mode_none()) {
+            /* closing a client/server pair in err mode NONE, the side that
+             * closes second finds the connection gone and logs flush errors;
+             * stock UCX does the same (off_is_stock with this variant) */
+            scoped_log_handler hide_err(hide_errors_logger);
+            ucp_test::cleanup();
+        } else {
+            ucp_test::cleanup();
+        }
+    }
+
 protected:
+    bool err_mode_none()
+    {
+        return (get_variant_value() & 1) == ERR_MODE_NONE;
+    }
+
+    /*
+     * A client/server endpoint pair: the receiver listens on the address of
+     * the first device in UCX_NET_DEVICES (the test command's network
+     * namespace has d0x, d1x), the sender connects to it. The endpoints then
+     * have a CM lane besides their data lanes.
+     */
+    void connect_sockaddr()
+    {
+        const char *devs = getenv("UCX_NET_DEVICES");
+        std::string dev  = (devs == NULL) ? "" :
+                           std::string(devs).substr(0, strcspn(devs, ","));
+        struct sockaddr_in sin = {};
+        struct ifaddrs *ifaddrs, *ifa;
+        bool found = false;
+
+        ASSERT_EQ(0, getifaddrs(&ifaddrs));
+        for (ifa = ifaddrs; ifa != NULL; ifa = ifa->ifa_next) {
+            if ((ifa->ifa_addr != NULL) &&
+                (ifa->ifa_addr->sa_family == AF_INET) && (dev == ifa->ifa_name)) {
+                memcpy(&sin, ifa->ifa_addr, sizeof(sin));
+                found = true;
+                break;
+            }
+        }
+        freeifaddrs(ifaddrs);
+        if (!found) {
+            UCS_TEST_SKIP_R("no IPv4 address on UCX_NET_DEVICES' first device");
+        }
+
+        sin.sin_port = 0;
+        ASSERT_UCS_OK(receiver().listen(entity::LISTEN_CB_CONN,
+                                        (const struct sockaddr*)&sin,
+                                        sizeof(sin), get_ep_params()));
+        ucp_listener_attr_t attr;
+        attr.field_mask = UCP_LISTENER_ATTR_FIELD_SOCKADDR;
+        ASSERT_UCS_OK(ucp_listener_query(receiver().listenerh(), &attr));
+
+        ucp_ep_params_t params     = get_ep_params();
+        params.field_mask         |= UCP_EP_PARAM_FIELD_FLAGS |
+                                     UCP_EP_PARAM_FIELD_SOCK_ADDR;
+        params.flags               = UCP_EP_PARAMS_FLAGS_CLIENT_SERVER;
+        params.sockaddr.addr       = (const struct sockaddr*)&attr.sockaddr;
+        params.sockaddr.addrlen    = sizeof(struct sockaddr_in);
+        sender().connect(&receiver(), params);
+
+        ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+        while ((receiver().get_num_eps() == 0) &&
+               (ucs_get_time() < deadline)) {
+            progress();
+        }
+        ASSERT_EQ(1, receiver().get_num_eps()) << "server endpoint";
+
+        /* the test entity accepts with itself as the endpoint's user data,
+         * which UCP passes to the error handler: pass the test instead */
+        ucp_ep_params_t modify = {};
+        modify.field_mask      = UCP_EP_PARAM_FIELD_USER_DATA;
+        modify.user_data       = this;
+        void *req              = receiver().modify_ep(modify);
+        ASSERT_UCS_PTR_OK(req);
+        ASSERT_UCS_OK(request_wait(req));
+
+        /* the data lanes' connections are made after the CM exchange: the
+         * cases that fill a data lane's socket need them made */
+        deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+        while ((!tcp_lanes_connected(sender().ep()) ||
+                !tcp_lanes_connected(receiver().ep())) &&
+               (ucs_get_time() < deadline)) {
+            progress();
+        }
+        ASSERT_TRUE(tcp_lanes_connected(sender().ep()));
+        ASSERT_TRUE(tcp_lanes_connected(receiver().ep()));
+    }
+
+    /* every transport endpoint of the endpoint's lanes (but the CM lane's)
+     * is a connected UCT/TCP endpoint */
+    static bool tcp_lanes_connected(ucp_ep_h ep)
+    {
+        for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+            uct_ep_h uct_ep = ep->uct_eps[lane];
+
+            if (lane == ucp_ep_get_cm_lane(ep)) {
+                continue;
+            }
+
+            if (ucp_failover_seq_ep_test(uct_ep)) {
+                uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
+            }
+
+            if ((uct_ep == NULL) || ucp_wireup_ep_test(uct_ep) ||
+                ucp_proxy_ep_test(uct_ep) ||
+                (ucs_derived_of(uct_ep, uct_tcp_ep_t)->conn_state !=
+                 UCT_TCP_EP_CONN_STATE_CONNECTED)) {
+                return false;
+            }
+        }
+
+        return true;
+    }
+
     ucp_ep_params_t get_ep_params()
     {
         ucp_ep_params_t params = {};
@@ -551,7 +685,7 @@ UCS_TEST_P(test_ucp_multirail_failover, am_lane_fails_over)
 UCS_TEST_P(test_ucp_multirail_failover, last_lane_fails_endpoint)
 {
     skip_unless_two_lanes();
-    if (get_variant_value() == ERR_MODE_NONE) {
+    if (err_mode_none()) {
         UCS_TEST_SKIP_R("no error callback in err mode none");
     }
 
@@ -846,7 +980,7 @@ UCS_TEST_P(test_ucp_multirail_failover, seq_dup_and_reorder)
 UCS_TEST_P(test_ucp_multirail_failover, off_is_stock, "MULTIRAIL_FAILOVER=n")
 {
     skip_unless_two_lanes();
-    if (get_variant_value() == ERR_MODE_NONE) {
+    if (err_mode_none()) {
         UCS_TEST_SKIP_R("no error callback in err mode none");
     }
 
@@ -906,6 +1040,20 @@ public:
         add_variant_with_value(variants, features,
                                ERR_MODE_NONE | SIDE_TARGET | LANE_AM,
                                "none/target/am");
+        /* client/server endpoints: both error modes, both sides, data and
+         * am lane, without the full product */
+        add_variant_with_value(variants, features,
+                               ERR_MODE_PEER | SIDE_INITIATOR | SOCKADDR,
+                               "peer/init/sockaddr");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_NONE | SIDE_TARGET | SOCKADDR,
+                               "none/target/sockaddr");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_PEER | SIDE_TARGET | LANE_AM |
+                               SOCKADDR, "peer/target/am/sockaddr");
+        add_variant_with_value(variants, features,
+                               ERR_MODE_NONE | SIDE_INITIATOR | LANE_AM |
+                               SOCKADDR, "none/init/am/sockaddr");
     }
 
     test_ucp_multirail_traffic() : m_done(0), m_region(NULL), m_memh(NULL),
@@ -1340,6 +1488,11 @@ UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_traffic, tcp, "tcp")
  */
 class test_ucp_multirail_detect : public test_ucp_multirail_failover {
 public:
+    static void get_test_variants(std::vector<ucp_test_variant> &variants)
+    {
+        add_err_mode_variants(variants);
+    }
+
     test_ucp_multirail_detect()
     {
         modify_config("MULTIRAIL_PROBE_INTERVAL", "10ms", SETENV_IF_NOT_EXIST);
