@@ -52,7 +52,8 @@ mr_gtest_devorder() {
        ! [[ gtest_lane_failover == $MR_FILTER ]] &&
        ! [[ gtest_lane_detect == $MR_FILTER ]] &&
        ! [[ gtest_lane_recover == $MR_FILTER ]] &&
-       ! [[ gtest_lane_traffic == $MR_FILTER ]]; then
+       ! [[ gtest_lane_traffic == $MR_FILTER ]] &&
+       ! [[ gtest_uct_tcp_failed_in_rx == $MR_FILTER ]]; then
         return 0
     fi
     ip netns del "$ns" 2>/dev/null || true
@@ -71,6 +72,8 @@ mr_gtest_devorder() {
     [ "$order" = "$sorted" ] &&
         echo "  note: readdir order happens to be sorted here" >&2
     mr_gtest tcp_device_order 'test_uct_tcp_device_order.*' "$ns"
+    # UCT/TCP parsing after the endpoint failed in a handler (patch 0027)
+    mr_gtest uct_tcp_failed_in_rx 'tcp/test_uct_tcp_failed_in_rx.*' "$ns"
     # lane failover between two workers needs two devices for two lanes
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
