@@ -577,8 +577,9 @@ static void ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
     ++seq->tx_msgs;
 
     if (seq->unsent != NULL) {
-        /* after the messages not sent yet */
-        if (!seq_ep->dispatching) {
+        /* after the messages not sent yet, which the queued resume request
+         * sends when the transport has room */
+        if (!seq_ep->dispatching && !seq_ep->resume_queued) {
             ucp_failover_seq_kick(seq_ep);
         }
         return;

@@ -7,7 +7,6 @@
 #include "ucp_test.h"
 
 #include <algorithm>
-#include <ifaddrs.h>
 #include <set>
 #include <string>
 #include <vector>
@@ -285,6 +284,7 @@ extern "C" {
 #include <ucp/core/ucp_worker.inl>
 #include <ucp/failover/ucp_failover_int.h>
 #include <ucs/sys/dev_event.h>
+#include <ucs/sys/sock.h>
 #include <uct/base/uct_iface.h>
 #include <uct/tcp/tcp.h>
 #include <netinet/tcp.h>
@@ -381,20 +381,9 @@ protected:
         std::string dev  = (devs == NULL) ? "" :
                            std::string(devs).substr(0, strcspn(devs, ","));
         struct sockaddr_in sin = {};
-        struct ifaddrs *ifaddrs, *ifa;
-        bool found = false;
 
-        ASSERT_EQ(0, getifaddrs(&ifaddrs));
-        for (ifa = ifaddrs; ifa != NULL; ifa = ifa->ifa_next) {
-            if ((ifa->ifa_addr != NULL) &&
-                (ifa->ifa_addr->sa_family == AF_INET) && (dev == ifa->ifa_name)) {
-                memcpy(&sin, ifa->ifa_addr, sizeof(sin));
-                found = true;
-                break;
-            }
-        }
-        freeifaddrs(ifaddrs);
-        if (!found) {
+        if (ucs_netif_get_addr(dev.c_str(), AF_INET, (struct sockaddr*)&sin,
+                               NULL) != UCS_OK) {
             UCS_TEST_SKIP_R("no IPv4 address on UCX_NET_DEVICES' first device");
         }
 
