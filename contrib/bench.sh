@@ -85,7 +85,8 @@ run_one() {
 # the client; inclusive cost of the UCP functions, deterministic, unlike
 # wall-clock latency over veth on 2 cores) -> "FUNC IR" lines
 callgrind_one() {
-    local v=$1 n=20000 spid f=$out/callgrind.$v
+    local v=$1 n=20000 spid f
+    f=$out/callgrind.$v
     # shellcheck disable=SC2046
     env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
         UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
