@@ -1471,6 +1471,207 @@ UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_traffic, tcp, "tcp")
 
 
 /*
+ * The am lane fails at one chosen step of a protocol: a rendezvous whose RTS
+ * arrived and waits for a receive (no RTR yet), one whose RTR was sent and not
+ * read yet, one whose ATP was sent and not read yet, and a synchronous send
+ * whose acknowledgement was sent and not read yet. The unread message is
+ * dropped from the reader's socket before the lane fails (on either side), as
+ * a dead rail would lose it, so only the sequencing layer's copy can deliver
+ * it. A message sent after the failure must come after the one the step
+ * belongs to, and everything arrives once.
+ */
+class test_ucp_multirail_am_steps : public test_ucp_multirail_traffic {
+public:
+    static void get_test_variants(std::vector<ucp_test_variant> &variants)
+    {
+        add_variant_with_value(variants, UCP_FEATURE_TAG,
+                               ERR_MODE_PEER | SIDE_INITIATOR | LANE_AM,
+                               "peer/init");
+        add_variant_with_value(variants, UCP_FEATURE_TAG,
+                               ERR_MODE_NONE | SIDE_TARGET | LANE_AM,
+                               "none/target");
+        add_variant_with_value(variants, UCP_FEATURE_TAG,
+                               ERR_MODE_PEER | SIDE_TARGET | LANE_AM |
+                               SOCKADDR, "peer/target/sockaddr");
+        add_variant_with_value(variants, UCP_FEATURE_TAG,
+                               ERR_MODE_NONE | SIDE_INITIATOR | LANE_AM |
+                               SOCKADDR, "none/init/sockaddr");
+    }
+
+protected:
+    static const ucp_tag_t TAG = 0x5a;
+
+    void *send(const std::vector<char> &buf, bool sync = false)
+    {
+        ucp_request_param_t param = {};
+
+        return sync ? ucp_tag_send_sync_nbx(sender().ep(), buf.data(),
+                                            buf.size(), TAG, &param) :
+                      ucp_tag_send_nbx(sender().ep(), buf.data(), buf.size(),
+                                       TAG, &param);
+    }
+
+    void *recv(std::vector<char> &buf, size_t size)
+    {
+        ucp_request_param_t param = {};
+
+        buf.assign(size, 0);
+        return ucp_tag_recv_nbx(receiver().worker(), buf.data(), size, TAG,
+                                (ucp_tag_t)-1, &param);
+    }
+
+    static bool in_progress(void *req)
+    {
+        return UCS_PTR_IS_PTR(req) &&
+               (ucp_request_check_status(req) == UCS_INPROGRESS);
+    }
+
+    void fail_am_lane()
+    {
+        fail_lane(failing(), ucp_ep_get_am_lane(failing().ep()));
+    }
+
+    /*
+     * The messages that wait unread in @a reader's am lane socket are lost
+     * with the lane: read and drop them (whole messages: the writer sent
+     * them in full, and the reader consumed every message before them),
+     * then fail the lane on the chosen side. Checks that there was one.
+     */
+    void lose_unread_and_fail(entity &reader)
+    {
+        uct_ep_h uct_ep = reader.ep()->uct_eps[ucp_ep_get_am_lane(
+                reader.ep())];
+        char buf[4096];
+        size_t dropped = 0;
+        ssize_t ret;
+
+        ASSERT_TRUE(ucp_failover_seq_ep_test(uct_ep));
+        uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
+        usleep(10000); /* the writer's bytes reach the socket (veth) */
+        while ((ret = ::recv(ucs_derived_of(uct_ep, uct_tcp_ep_t)->fd, buf,
+                           sizeof(buf), MSG_DONTWAIT)) > 0) {
+            dropped += ret;
+        }
+        UCS_TEST_MESSAGE << "dropped " << dropped << " unread byte(s)";
+        ASSERT_GT(dropped, 0u) << "nothing was in flight";
+        fail_am_lane();
+    }
+
+    /* a rendezvous message (RTS) waits unexpected on the receiver */
+    void wait_unexpected()
+    {
+        ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+        ucp_tag_recv_info_t info;
+
+        while ((ucp_tag_probe_nb(receiver().worker(), TAG, (ucp_tag_t)-1, 0,
+                                 &info) == NULL) &&
+               (ucs_get_time() < deadline)) {
+            progress();
+        }
+        ASSERT_TRUE(ucp_tag_probe_nb(receiver().worker(), TAG, (ucp_tag_t)-1,
+                                     0, &info) != NULL);
+    }
+
+    /* the step's message, then a small one sent after the failure: both
+     * arrive once, whole and in order (the second receive gets the second) */
+    void finish(std::vector<void*> &reqs, std::vector<char> &sbuf,
+                std::vector<char> &rbuf, bool post_first)
+    {
+        std::vector<char> sbuf2, rbuf2;
+
+        fill(sbuf2, 64, 3);
+        if (post_first) {
+            reqs.push_back(recv(rbuf, sbuf.size()));
+        }
+        reqs.push_back(send(sbuf2));
+        reqs.push_back(recv(rbuf2, sbuf2.size()));
+        ASSERT_UCS_OK(requests_wait(reqs));
+        EXPECT_TRUE(sbuf == rbuf) << "the step's message";
+        EXPECT_TRUE(sbuf2 == rbuf2) << "the message sent after the failure";
+        check_survived();
+    }
+};
+
+/* RTS arrived, no receive posted, so no RTR yet: the RTR goes on the new am
+ * lane, to a sender that knows the request */
+UCS_TEST_P(test_ucp_multirail_am_steps, rts_before_rtr, "RNDV_THRESH=16k")
+{
+    std::vector<char> sbuf, rbuf;
+    std::vector<void*> reqs;
+
+    fill(sbuf, 300000, 1);
+    reqs.push_back(send(sbuf));
+    wait_unexpected();
+    fail_am_lane();
+    finish(reqs, sbuf, rbuf, true);
+}
+
+/* the receive matches the waiting RTS and sends the RTR; the sender has not
+ * read it when the am lane fails */
+UCS_TEST_P(test_ucp_multirail_am_steps, rtr_unread, "RNDV_THRESH=16k")
+{
+    std::vector<char> sbuf, rbuf;
+    std::vector<void*> reqs;
+
+    fill(sbuf, 300000, 1);
+    reqs.push_back(send(sbuf));
+    wait_unexpected();
+    reqs.push_back(recv(rbuf, sbuf.size()));
+    ASSERT_TRUE(in_progress(reqs.back()));
+    lose_unread_and_fail(sender());
+    finish(reqs, sbuf, rbuf, false);
+}
+
+/* put scheme: the data went and the sender sent the ATP; the receiver has
+ * not read it (its receive is not complete) when the am lane fails */
+UCS_TEST_P(test_ucp_multirail_am_steps, atp_unread,
+           "RNDV_THRESH=16k", "RNDV_SCHEME=put_zcopy")
+{
+    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+    std::vector<char> sbuf, rbuf;
+    std::vector<void*> reqs;
+
+    fill(sbuf, 300000, 1);
+    reqs.push_back(recv(rbuf, sbuf.size()));
+    reqs.push_back(send(sbuf));
+    ASSERT_TRUE(in_progress(reqs.back()));
+    /* the receiver progresses only while the sender is not done */
+    while (in_progress(reqs.back()) && (ucs_get_time() < deadline)) {
+        sender().progress();
+        if (in_progress(reqs.back())) {
+            receiver().progress();
+        }
+    }
+    ASSERT_FALSE(in_progress(reqs.back())) << "send not complete";
+    ASSERT_TRUE(in_progress(reqs.front())) << "receive complete before ATP";
+    lose_unread_and_fail(receiver());
+    finish(reqs, sbuf, rbuf, false);
+}
+
+/* a synchronous send: matched and acknowledged by the receiver; the sender
+ * has not read the acknowledgement when the am lane fails */
+UCS_TEST_P(test_ucp_multirail_am_steps, sync_ack_unread)
+{
+    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+    std::vector<char> sbuf, rbuf;
+    std::vector<void*> reqs;
+
+    fill(sbuf, 100, 1);
+    reqs.push_back(recv(rbuf, sbuf.size()));
+    reqs.push_back(send(sbuf, true));
+    while (in_progress(reqs.front()) && (ucs_get_time() < deadline)) {
+        receiver().progress();
+    }
+    ASSERT_FALSE(in_progress(reqs.front())) << "receive not complete";
+    ASSERT_TRUE(in_progress(reqs.back())) << "sync send complete early";
+    lose_unread_and_fail(sender());
+    finish(reqs, sbuf, rbuf, false);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_am_steps, tcp, "tcp")
+
+
+/*
  * Detection: the worker's rail monitor. Device events enter through the
  * entry point the link watcher and IB port events use; probes run on a
  * short interval.
