@@ -1572,6 +1572,14 @@ protected:
                                      0, &info) != NULL);
     }
 
+    /* a rendezvous send whose RTS waits unexpected on the receiver */
+    void send_rts(std::vector<char> &sbuf, std::vector<void*> &reqs)
+    {
+        fill(sbuf, 300000, 1);
+        reqs.push_back(send(sbuf));
+        wait_unexpected();
+    }
+
     /* the step's message, then a small one sent after the failure: both
      * arrive once, whole and in order (the second receive gets the second) */
     void finish(std::vector<void*> &reqs, std::vector<char> &sbuf,
@@ -1599,9 +1607,7 @@ UCS_TEST_P(test_ucp_multirail_am_steps, rts_before_rtr, "RNDV_THRESH=16k")
     std::vector<char> sbuf, rbuf;
     std::vector<void*> reqs;
 
-    fill(sbuf, 300000, 1);
-    reqs.push_back(send(sbuf));
-    wait_unexpected();
+    send_rts(sbuf, reqs);
     fail_am_lane();
     finish(reqs, sbuf, rbuf, true);
 }
@@ -1613,9 +1619,7 @@ UCS_TEST_P(test_ucp_multirail_am_steps, rtr_unread, "RNDV_THRESH=16k")
     std::vector<char> sbuf, rbuf;
     std::vector<void*> reqs;
 
-    fill(sbuf, 300000, 1);
-    reqs.push_back(send(sbuf));
-    wait_unexpected();
+    send_rts(sbuf, reqs);
     reqs.push_back(recv(rbuf, sbuf.size()));
     ASSERT_TRUE(in_progress(reqs.back()));
     lose_unread_and_fail(sender());
