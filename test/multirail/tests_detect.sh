@@ -48,6 +48,27 @@ t_detect_no_false_positive() {
     mr_note+=" $secs s, $(nproc) CPU hog(s), r1_tx=$(mr_rail_tx "$MR_DIR/client.out" r1)"
 }
 
+# t_detect_stall SECS: the server makes no UCP call for SECS seconds in the
+# middle of the traffic (a compute phase): its sockets fill up and the
+# client's connections see a zero window for that long. No lane may fail
+# over (TCP_USER_TIMEOUT also times out a zero window that the peer keeps
+# closed, Linux >= 5.11), nothing may be lost.
+t_detect_stall() {
+    local secs=$1 role n
+    "$MR_BED" up --rails 2 --rate 500mbit
+    mr_pair_start 2 $((secs + 6)) "$MR_FO_ENV" "$MR_FO_ENV" \
+        --stall "$secs@2" || return 0
+    mr_pair_wait "$MR_DIR"
+    mr_expect_clean "$MR_DIR"
+    grep -q "stall_end" "$MR_DIR/server.out" ||
+        mr_fail "the server did not stall"
+    for role in client server; do
+        n=$(mr_count_running "$MR_DIR/$role.out" "failed \\(")
+        mr_expect_eq "$role lane failovers around the stall" 0 "$n"
+    done
+    mr_note+=" stall=${secs}s"
+}
+
 # The am lane's rail dies (no failover for it until issue 4): the endpoint
 # fails on both sides, promptly, with the error callback, never a hang.
 # t_detect_all_dead KIND BOUND: both rails fail at once; with failover on,
@@ -162,6 +183,7 @@ mr_detect_all() {
     mr_run_test detect_blackhole_r1_busy t_detect 2 blackhole 1 both sockaddr \
         peer busy
     mr_run_test detect_no_false_positive_loaded t_detect_no_false_positive 20
+    mr_run_test detect_no_false_positive_receiver_stall t_detect_stall 3
     mr_run_test detect_asleep_blackhole_r1 t_detect_asleep blackhole both \
         sockaddr peer
     mr_run_test detect_asleep_linkdown_r1_address_none t_detect_asleep down b \

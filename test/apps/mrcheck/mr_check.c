@@ -153,6 +153,8 @@ static struct {
     int          inject;      /* self-test: break the tag stream on purpose */
     int          extra_eps;   /* idle endpoints to the peer (address mode) */
     double       sleep;       /* sleep on the event fd before the traffic */
+    double       stall;       /* server: no call into UCP for that long ... */
+    double       stall_at;    /* ... that long into the traffic */
     double       slow_log;    /* client: log ops slower than this (sec) */
     uint64_t     inject_seq;
 
@@ -1252,6 +1254,31 @@ static void sleep_phase(void)
     g.last_progress = now();
 }
 
+/*
+ * --stall SEC@AT: the server stops calling into UCP for SEC seconds, AT
+ * seconds into the traffic, as an application in a compute phase does. Its
+ * sockets fill and the client's connections see a zero window; no lane may
+ * fail over for that.
+ */
+static void stall_check(double traffic_start)
+{
+    static int stalled;
+    double end;
+
+    if ((g.stall <= 0) || stalled || (now() < traffic_start + g.stall_at)) {
+        return;
+    }
+
+    stalled = 1;
+    end     = now() + g.stall;
+    event("stall_start", "secs=%.3f", g.stall);
+    while (now() < end) {
+        usleep(1000);
+    }
+    event("stall_end", "secs=%.3f", g.stall);
+    g.last_progress = now();
+}
+
 static int server_expected_all(void)
 {
     int api;
@@ -1271,7 +1298,7 @@ static int run_server(void)
     void *rkey_buf;
     size_t rkey_len;
     ucs_status_t status;
-    double deadline;
+    double deadline, traffic_start;
     int i, api;
 
     if (g.conn_sockaddr) {
@@ -1335,8 +1362,10 @@ static int run_server(void)
     sleep_phase();
 
     /* receive until FIN says how much was sent and all of it arrived */
-    deadline = 0;
+    deadline      = 0;
+    traffic_start = now();
     while (!g.err_cb && !g.hang) {
+        stall_check(traffic_start);
         progress();
         tag_recv_progress();
         stream_recv_progress();
@@ -1932,6 +1961,8 @@ static void usage(void)
 "  --sleep SEC              before the traffic, sleep on the worker's event\n"
 "                           fd (as ucp_worker_wait()) for SEC, progressing\n"
 "                           only when woken (EVENT sleep_end wakeups=N)\n"
+"  --stall SEC@AT           server: SEC seconds without calling into UCP,\n"
+"                           AT seconds into the traffic (a compute phase)\n"
 "  --slow-log MS            client: a SLOW record (post and completion wall\n"
 "                           times) per operation that took >= MS\n"
 "  SIGUSR1 ends the client's traffic as if --duration had passed\n"
@@ -2018,6 +2049,7 @@ int main(int argc, char **argv)
         {"settle", required_argument, 0, 'W'},
         {"extra-eps", required_argument, 0, 'X'},
         {"sleep", required_argument, 0, 'Z'},
+        {"stall", required_argument, 0, 'Y'},
         {"slow-log", required_argument, 0, 'L'},
         {0, 0, 0, 0}
     };
@@ -2062,6 +2094,15 @@ int main(int argc, char **argv)
         case 'W': g.settle = atof(optarg); break;
         case 'X': g.extra_eps = atoi(optarg); break;
         case 'Z': g.sleep = atof(optarg); break;
+        case 'Y': {
+            char *at = strchr(optarg, '@');
+            if (at == NULL) {
+                usage();
+            }
+            g.stall    = atof(optarg);
+            g.stall_at = atof(at + 1);
+            break;
+        }
         case 'L': g.slow_log = atof(optarg) / 1000.0; break;
         case 'I': {
             char *at = strchr(optarg, '@');
