@@ -21,7 +21,7 @@ build_pkgs="build-essential dpkg-dev pkg-config autoconf automake libtool
             ccache rsync patch git libibverbs-dev librdmacm-dev libnuma-dev
             libnl-3-dev libnl-route-3-dev"
 run_pkgs="iproute2 iputils-ping nftables procps psmisc libucx0 ucx-utils openmpi-bin
-          libopenmpi-dev gnuplot-nox"
+          libopenmpi-dev mpich libmpich-dev gnuplot-nox"
 
 install_deps() {
     [ "${MRFO_NO_DEPS:-0}" = 1 ] && return 0
@@ -137,11 +137,15 @@ build_checker() {
     make -s -C "$top/test/apps/mrcheck" PREFIX="$MRFO_PREFIX" \
         OUT="$MRFO_PREFIX/bin" ||
         die "checker build failed"
-    # the MPI one is built with Debian's Open MPI, which then runs on our
-    # library through LD_LIBRARY_PATH
-    mpicc -O2 -Wall -Werror -o "$MRFO_PREFIX/bin/mr_mpi_check" \
+    # the MPI one is built with Debian's Open MPI and with Debian's MPICH
+    # (ch4:ucx), each of which then runs on our library through
+    # LD_LIBRARY_PATH; named compilers, whichever MPI is the default
+    mpicc.openmpi -O2 -Wall -Werror -o "$MRFO_PREFIX/bin/mr_mpi_check" \
         "$top/test/multirail/mpi/mr_mpi_check.c" ||
-        die "MPI checker build failed"
+        die "MPI checker build failed (Open MPI)"
+    mpicc.mpich -O2 -Wall -Werror -o "$MRFO_PREFIX/bin/mr_mpi_check.mpich" \
+        "$top/test/multirail/mpi/mr_mpi_check.c" ||
+        die "MPI checker build failed (MPICH)"
 }
 
 export CCACHE_BASEDIR=$MRFO_BUILD_DIR CCACHE_NOHASHDIR=1

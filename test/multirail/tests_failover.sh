@@ -177,14 +177,26 @@ t_cm_rst() {
     fi
 }
 
-# Debian's Open MPI, unmodified, one rank per namespace (pml ucx: worker
-# address endpoints, no error handler), on our library; rail r1 is reset
-# mid-run. mr_mpi_run DIR FAILOVER(y|n) SECONDS TIMEOUT
+# Debian's Open MPI (or with MR_MPI=mpich Debian's MPICH, device ch4:ucx,
+# launched by Hydra), unmodified, one rank per namespace (worker-address
+# endpoints, no error handler), on our library; rail r1 is reset mid-run.
+# mr_mpi_run DIR FAILOVER(y|n) SECONDS TIMEOUT
 mr_mpi_run() {
     local dir=$1 fo=$2 secs=$3 tmo=$4 bin=$MRFO_PREFIX/bin
-    timeout -k 5 "$tmo" "$MR_BED" exec a mpirun --allow-run-as-root -np 2 \
-        --host "$("$MR_BED" addr a m),$("$MR_BED" addr b m)" \
-        --mca plm_rsh_agent "$(dirname "$MR_BED")/mpi/ns_agent.sh" \
+    local hosts agent
+    hosts="$("$MR_BED" addr a m),$("$MR_BED" addr b m)"
+    agent="$(dirname "$MR_BED")/mpi/ns_agent.sh"
+    if [ "${MR_MPI:-openmpi}" = mpich ]; then
+        timeout -k 5 "$tmo" "$MR_BED" exec a mpiexec.hydra -launcher rsh \
+            -launcher-exec "$agent" -iface zmgmt -hosts "$hosts" -n 2 \
+            -ppn 1 -genv UCX_TLS tcp -genv UCX_NET_DEVICES r0,r1 \
+            -genv LD_LIBRARY_PATH "$MRFO_PREFIX/lib" \
+            -genv UCX_MULTIRAIL_FAILOVER "$fo" -genv UCX_LOG_LEVEL info \
+            "$bin/mr_mpi_check.mpich" "$secs" >"$dir/mpi.out" 2>&1
+        return
+    fi
+    timeout -k 5 "$tmo" "$MR_BED" exec a mpirun.openmpi --allow-run-as-root \
+        -np 2 --host "$hosts" --mca plm_rsh_agent "$agent" \
         --mca oob_tcp_if_include zmgmt --mca pml ucx --mca pml_ucx_tls any \
         --mca pml_ucx_devices any --mca btl self --mca osc ^ucx \
         -x UCX_TLS=tcp -x UCX_NET_DEVICES=r0,r1 \
@@ -266,5 +278,10 @@ mr_failover_all() {
     mr_run_test mpi_rail_linkdown_failover_on t_mpi_rail_cut y down a
     mr_run_test mpi_rail_blackhole_failover_on t_mpi_rail_cut y blackhole both
     mr_run_test mpi_amlane_rail_cut_failover_on t_mpi_rail_cut y rst a 0
+    # Debian's MPICH (ch4:ucx) likewise
+    MR_MPI=mpich mr_run_test mpich_rail_cut_failover_on t_mpi_rail_cut y
+    MR_MPI=mpich mr_run_test mpich_rail_cut_failover_off t_mpi_rail_cut n
+    MR_MPI=mpich mr_run_test mpich_amlane_rail_blackhole_failover_on \
+        t_mpi_rail_cut y blackhole both 0
     "$MR_BED" down
 }

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Open MPI remote-launch agent for the test bed: "ns_agent.sh HOST CMD..."
+# Remote-launch agent of the test bed for Open MPI (plm_rsh_agent) and
+# MPICH (Hydra's rsh launcher): "ns_agent.sh HOST CMD..."
 # runs CMD in the bed namespace that owns HOST's management address.
 host=$1
 shift
