@@ -202,6 +202,11 @@ for_sides() {
 
 fault_one() {
     local kind=$1 rail=$2 side=$3 ns=$4 dev=$5
+    # for benchmarks: the wall time just before the first command that
+    # changes the kernel's state (bash's own clock, no process to start)
+    if [ -n "${MRBED_FAULT_STAMP:-}" ] && [ ! -s "$MRBED_FAULT_STAMP" ]; then
+        echo "$EPOCHREALTIME" >"$MRBED_FAULT_STAMP"
+    fi
     case "$kind" in
     down)
         ip -n "$ns" link set dev "$dev" down ;;
