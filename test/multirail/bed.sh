@@ -42,7 +42,9 @@
 #   delete     delete the veth pair (restore re-creates it)
 #
 # Environment: MRBED_PREFIX (default "mrfo"), names the namespaces
-# $MRBED_PREFIX-a and $MRBED_PREFIX-b.
+# $MRBED_PREFIX-a and $MRBED_PREFIX-b. MRBED_FAULT_STAMP=FILE: "fault" writes
+# to FILE (when it is empty) the wall time just before the command that
+# makes the fault, for benchmarks.
 #
 set -eEu -o pipefail
 

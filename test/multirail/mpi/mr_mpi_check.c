@@ -6,8 +6,11 @@
  * mr_mpi_check: two MPI ranks exchange messages of mixed sizes (8 B to
  * 4 MiB, both directions) and run an MPI_Allreduce, for a given time; every
  * payload is derived from (iteration, size, rank) and checked byte by byte.
- * Prints "MPI_RESULT ok iterations=N bytes=B" or a mismatch, and a line per
- * second so a stall is visible. Exit code 0 only if every check passed.
+ * Prints "MPI_RESULT ok iterations=N bytes=B", or "mismatch" / "error"
+ * instead of "ok", and a line per second so a stall is visible. Every MPI
+ * call's return code is checked (MPI_ERRORS_RETURN): an MPI library that
+ * reports an error and goes on must not pass for one that worked. Exit code
+ * 0 only if every check passed.
  */
 
 #include <mpi.h>
@@ -22,6 +25,23 @@
 static const size_t sizes[] = {8, 1024, 8192, 65536, 1 << 20, 4 << 20};
 #define NUM_SIZES (sizeof(sizes) / sizeof(sizes[0]))
 
+
+/* the return code of an MPI call: an error ends the run as failed */
+static int check(int ret, const char *call, int rank, long iter)
+{
+    char msg[MPI_MAX_ERROR_STRING];
+    int len = 0;
+
+    if (ret == MPI_SUCCESS) {
+        return 0;
+    }
+
+    MPI_Error_string(ret, msg, &len);
+    printf("MPI_ERROR rank=%d iter=%ld call=%s: %.*s\n", rank, iter, call, len,
+           msg);
+    fflush(stdout);
+    return 1;
+}
 
 static void fill(unsigned char *buf, size_t size, long iter, int rank)
 {
@@ -51,11 +71,12 @@ int main(int argc, char **argv)
     unsigned char *sbuf, *rbuf, *expect;
     double t0, next_report;
     long iter, bytes = 0;
-    int rank, nranks, peer, bad = 0, done = 0;
+    int rank, nranks, peer, bad = 0, done = 0, err = 0;
     long sum, want;
     size_t s;
 
     MPI_Init(&argc, &argv);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
     if (nranks != 2) {
@@ -73,9 +94,14 @@ int main(int argc, char **argv)
     for (iter = 0; !done; ++iter) {
         for (s = 0; s < NUM_SIZES; ++s) {
             fill(sbuf, sizes[s], iter, rank);
-            MPI_Sendrecv(sbuf, (int)sizes[s], MPI_BYTE, peer, (int)s, rbuf,
-                         (int)sizes[s], MPI_BYTE, peer, (int)s, MPI_COMM_WORLD,
-                         MPI_STATUS_IGNORE);
+            err |= check(MPI_Sendrecv(sbuf, (int)sizes[s], MPI_BYTE, peer,
+                                      (int)s, rbuf, (int)sizes[s], MPI_BYTE,
+                                      peer, (int)s, MPI_COMM_WORLD,
+                                      MPI_STATUS_IGNORE),
+                         "MPI_Sendrecv", rank, iter);
+            if (err) {
+                break;
+            }
             fill(expect, sizes[s], iter, peer);
             if (memcmp(expect, rbuf, sizes[s]) != 0) {
                 printf("MPI_MISMATCH rank=%d iter=%ld size=%zu\n", rank, iter,
@@ -85,10 +111,18 @@ int main(int argc, char **argv)
             bytes += sizes[s];
         }
 
+        if (err) {
+            break;
+        }
+
         sum  = iter + rank;
         want = 2 * iter + 1;
-        MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_LONG, MPI_SUM,
-                      MPI_COMM_WORLD);
+        if (check(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_LONG, MPI_SUM,
+                                MPI_COMM_WORLD),
+                  "MPI_Allreduce", rank, iter)) {
+            err = 1;
+            break;
+        }
         if (sum != want) {
             printf("MPI_MISMATCH rank=%d iter=%ld allreduce=%ld want=%ld\n",
                    rank, iter, sum, want);
@@ -97,8 +131,26 @@ int main(int argc, char **argv)
 
         /* both ranks stop at the same iteration */
         done = (now() - t0 > duration) || bad;
-        MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MAX,
-                      MPI_COMM_WORLD);
+        if (check(MPI_Allreduce(MPI_IN_PLACE, &done, 1, MPI_INT, MPI_MAX,
+                                MPI_COMM_WORLD),
+                  "MPI_Allreduce", rank, iter)) {
+            err = 1;
+            break;
+        }
+        /* a reduction that "succeeded" with a wrong value, or a stop well
+         * before the duration with nothing wrong: an error not reported */
+        if ((done != 0) && (done != 1)) {
+            printf("MPI_ERROR rank=%d iter=%ld: stop flag %d\n", rank, iter,
+                   done);
+            err = 1;
+            break;
+        }
+        if (done && !bad && (now() - t0 < duration - 1.0)) {
+            printf("MPI_ERROR rank=%d iter=%ld: stopped after %.1f s of %.1f\n",
+                   rank, iter, now() - t0, duration);
+            err = 1;
+            break;
+        }
         if ((rank == 0) && (now() > next_report)) {
             printf("MPI_PROGRESS t=%.1f iter=%ld\n", now() - t0, iter);
             fflush(stdout);
@@ -106,11 +158,14 @@ int main(int argc, char **argv)
         }
     }
 
-    if (rank == 0) {
-        printf("MPI_RESULT %s iterations=%ld bytes=%ld\n", bad ? "mismatch" : "ok",
-               iter, bytes);
+    /* a rank that failed says so itself: the other may be stuck */
+    if ((rank == 0) || err) {
+        printf("MPI_RESULT %s iterations=%ld bytes=%ld rank=%d\n",
+               err ? "error" : (bad ? "mismatch" : "ok"), iter, bytes, rank);
     }
     fflush(stdout);
-    MPI_Finalize();
-    return bad;
+    if (check(MPI_Finalize(), "MPI_Finalize", rank, iter)) {
+        err = 1;
+    }
+    return bad || err;
 }
