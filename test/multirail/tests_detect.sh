@@ -51,8 +51,8 @@ t_detect_no_false_positive() {
 # t_detect_stall SECS: the server makes no UCP call for SECS seconds in the
 # middle of the traffic (a compute phase): its sockets fill up and the
 # client's connections see a zero window for that long. No lane may fail
-# over (TCP_USER_TIMEOUT also times out a zero window that the peer keeps
-# closed, Linux >= 5.11), nothing may be lost.
+# over (the window probes the peer answers keep the connection, whatever
+# TCP_USER_TIMEOUT says: measured on kernel 6.18), nothing may be lost.
 t_detect_stall() {
     local secs=$1 role n
     "$MR_BED" up --rails 2 --rate 500mbit
