@@ -126,6 +126,12 @@ t_checker_selftest() {
     mr_expect_eq "server exit code" 1 "$mr_rc_server"
     mr_expect_eq "client status" violation "$(mr_result "$MR_DIR/client.out" status)"
     mr_expect_eq "client exit code" 1 "$mr_rc_client"
+    if [ "$kind" = corrupt ]; then
+        # the damage report finds the flipped bit: the last byte
+        mr_expect_eq "server damage report" "bad_bytes=1 runs=1" \
+            "$(grep -m1 '^EVENT .* kind=damage ' "$MR_DIR/server.out" |
+               grep -o 'bad_bytes=[0-9]* runs=[0-9]*')"
+    fi
 }
 
 # --- a healthy bed: 0 violations and every rail carries data ---------------

@@ -336,6 +336,53 @@ static int check_payload(const uint8_t *buf, size_t len, int api, uint64_t seq,
     return memcmp(scratch, buf, len) != 0;
 }
 
+/*
+ * For a corrupted payload: which bytes are wrong, and whether they are those
+ * of another message of the same size (a late write meant for it, as a stale
+ * transfer into reused memory would make)
+ */
+static void report_damage(int api, uint64_t seq, const uint8_t *buf,
+                          size_t len, uint8_t *scratch)
+{
+    size_t i, first = SIZE_MAX, last = 0, bad = 0, runs = 0;
+    int64_t d, match = 0;
+
+    if (len < 16) {
+        return;
+    }
+
+    fill_payload(scratch, len, api, seq);
+    for (i = 0; i < len; ++i) {
+        if (buf[i] != scratch[i]) {
+            if ((bad == 0) || (i != last + 1)) {
+                ++runs;
+            }
+            first = (bad == 0) ? i : first;
+            last  = i;
+            ++bad;
+        }
+    }
+    if (bad == 0) {
+        return;
+    }
+
+    /* the bytes of a message up to 64 before or after it, at their place */
+    for (d = -64; (d <= 64) && (match == 0); ++d) {
+        if ((d == 0) || ((int64_t)seq + d < 0)) {
+            continue;
+        }
+        fill_payload(scratch, len, api, seq + d);
+        if ((first >= 16) &&
+            (memcmp(scratch + first, buf + first, last + 1 - first) == 0)) {
+            match = d;
+        }
+    }
+
+    event("damage", "api=%s seq=%" PRIu64 " len=%zu bad_bytes=%zu runs=%zu "
+          "first=%zu last=%zu other_message=%s%" PRId64, api_names[api], seq,
+          len, bad, runs, first, last, (match > 0) ? "+" : "", match);
+}
+
 static size_t size_of(int api, uint64_t seq)
 {
     (void)api;
@@ -1022,6 +1069,7 @@ static void am_data_cb(void *request, ucs_status_t status, size_t length,
             ++g.stats[API_AM].corrupt;
             event("corrupt", "api=am seq=%" PRIu64 " len=%zu", r->hdr.seq,
                   length);
+            report_damage(API_AM, r->hdr.seq, r->op.buf, length, g_scratch);
         }
         g.last_progress              = now();
         g.tl_bytes                  += length;
@@ -1129,6 +1177,9 @@ static void tag_recv_progress(void)
                                     g_scratch) &&
                      (op->length == size_of(API_TAG, seq));
             stats_deliver(API_TAG, seq, op->length, intact);
+            if (!intact) {
+                report_damage(API_TAG, seq, op->buf, op->length, g_scratch);
+            }
         } else if (op->status != UCS_ERR_CANCELED) {
             check_status(op, "recv");
         }
