@@ -55,7 +55,8 @@ mr_gtest_devorder() {
        ! [[ gtest_lane_traffic == $MR_FILTER ]] &&
        ! [[ gtest_lane_am_steps == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_failed_in_rx == $MR_FILTER ]] &&
-       ! [[ gtest_uct_tcp_canceled_rx == $MR_FILTER ]]; then
+       ! [[ gtest_uct_tcp_canceled_rx == $MR_FILTER ]] &&
+       ! [[ gtest_uct_tcp_reuse_conn_fail == $MR_FILTER ]]; then
         return 0
     fi
     ip netns del "$ns" 2>/dev/null || true
@@ -79,6 +80,9 @@ mr_gtest_devorder() {
     # UCT/TCP: a discarded endpoint receives nothing more (patch 0029); one
     # device is enough (each case runs 4 s, the same on every device)
     mr_gtest uct_tcp_canceled_rx 'tcp/test_uct_tcp_canceled_rx.*/0' "$ns"
+    # UCT/TCP: creating an endpoint whose connection cannot be made fails
+    # (patch 0030)
+    mr_gtest uct_tcp_reuse_conn_fail 'tcp/test_uct_tcp_reuse_conn_fail.*' "$ns"
     # lane failover between two workers needs two devices for two lanes
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
