@@ -38,8 +38,14 @@
 #include <string.h>
 
 
-/* Linux's TCP_RTO_MIN: the earliest first retransmission, in seconds */
+/* Linux's TCP_RTO_MIN: the earliest first retransmission, in seconds, where
+ * the kernel cannot lower it per connection (TCP_RTO_MIN_US, Linux 6.15) */
 #define UCP_FAILOVER_TCP_RTO_MIN          0.2
+
+/* The least retransmission timeout failover sets, in seconds: more than the
+ * round trip of a loaded rail (a few ms on the test bed; the kernel adds four
+ * times the measured variation on top of it anyway) */
+#define UCP_FAILOVER_TCP_RTO_MIN_MIN      0.05
 
 /* The least TCP_USER_TIMEOUT failover sets, in seconds: twice the queueing
  * delay bound of the test bed's rails (tbf latency 50 ms) */
@@ -408,7 +414,7 @@ void ucp_failover_iface_config(ucp_worker_h worker,
                                uct_iface_config_t *iface_config)
 {
     ucp_context_h context = worker->context;
-    double user_timeout;
+    double user_timeout, rto_min, probe_timeout;
     char value[32];
     ucs_status_t status;
 
@@ -430,17 +436,37 @@ void ucp_failover_iface_config(ucp_worker_h worker,
         }
     }
 
+    /* A lost segment is sent again no earlier than the retransmission
+     * timeout's floor, and Linux counts TCP_USER_TIMEOUT from that first
+     * retransmission: a busy lane that went silent fails about floor +
+     * user timeout after its last acknowledgement, plus a tail loss probe
+     * (two round trips) and the time to handle it. The two get two thirds of
+     * the probe timeout, the last third is for the rest. The floor gets a
+     * third, within what the kernel accepts (at most its own 200 ms) and
+     * above a loaded rail's round trip; the user timeout stays above what a
+     * retransmission on a loaded but healthy rail waits for its
+     * acknowledgement. A kernel that cannot lower the floor (before Linux
+     * 6.15) keeps 200 ms, and detection takes that much longer. */
+    probe_timeout = context->config.ext.multirail.probe_timeout;
+    rto_min       = ucs_min(ucs_max(probe_timeout / 3,
+                                    UCP_FAILOVER_TCP_RTO_MIN_MIN),
+                            UCP_FAILOVER_TCP_RTO_MIN);
+    if ((getenv(UCS_DEFAULT_ENV_PREFIX "TCP_RTO_MIN") == NULL) &&
+        (rto_min < UCP_FAILOVER_TCP_RTO_MIN)) {
+        ucs_snprintf_zero(value, sizeof(value), "%.0fus", rto_min * 1e6);
+        status = uct_config_modify(iface_config, "RTO_MIN", value);
+        if (status != UCS_OK) {
+            ucs_diag("cannot set TCP_RTO_MIN_US=%s on %s/%s: %s", value,
+                     resource->tl_rsc.tl_name, resource->tl_rsc.dev_name,
+                     ucs_status_string(status));
+        }
+    }
+
     if (getenv(UCS_DEFAULT_ENV_PREFIX "TCP_USER_TIMEOUT") != NULL) {
         return;
     }
 
-    /* Data unacknowledged for longer than the probe timeout fails the
-     * connection, and so the lane. Linux counts TCP_USER_TIMEOUT from the
-     * first retransmission, which comes no earlier than TCP_RTO_MIN after
-     * the segment that was lost: take that off, keeping a floor that a
-     * retransmission on a loaded but healthy path stays well within. */
-    user_timeout = ucs_max(context->config.ext.multirail.probe_timeout -
-                                   UCP_FAILOVER_TCP_RTO_MIN,
+    user_timeout = ucs_max((2 * probe_timeout / 3) - rto_min,
                            UCP_FAILOVER_TCP_USER_TIMEOUT_MIN);
     ucs_snprintf_zero(value, sizeof(value), "%.0fus", user_timeout * 1e6);
     status = uct_config_modify(iface_config, "USER_TIMEOUT", value);

@@ -288,6 +288,10 @@ extern "C" {
 #include <uct/base/uct_iface.h>
 #include <uct/tcp/tcp.h>
 #include <netinet/tcp.h>
+
+#ifndef TCP_RTO_MIN_US
+#  define TCP_RTO_MIN_US 45 /* Linux 6.15 */
+#endif
 }
 
 /*
@@ -1807,8 +1811,8 @@ protected:
         EXPECT_FALSE(sender().ep(0, 1)->flags & UCP_EP_FLAG_FAILED);
     }
 
-    /* TCP_USER_TIMEOUT of the sender's data lane's socket, in ms */
-    unsigned data_lane_user_timeout()
+    /* a TCP socket option of the sender's data lane's socket */
+    unsigned data_lane_sockopt(int optname)
     {
         unsigned value = 0;
         socklen_t len  = sizeof(value);
@@ -1821,9 +1825,26 @@ protected:
         EXPECT_EQ(std::string("tcp"), lane_rsc(sender().ep(), lane).tl_name);
         uct_tcp_ep_t *tcp_ep = ucs_derived_of(sender().ep()->uct_eps[lane],
                                               uct_tcp_ep_t);
-        EXPECT_EQ(0, getsockopt(tcp_ep->fd, IPPROTO_TCP, TCP_USER_TIMEOUT,
-                                &value, &len));
+        if (getsockopt(tcp_ep->fd, IPPROTO_TCP, optname, &value, &len) != 0) {
+            if ((optname == TCP_RTO_MIN_US) && (errno == ENOPROTOOPT)) {
+                UCS_TEST_SKIP_R("the kernel has no TCP_RTO_MIN_US");
+            }
+            ADD_FAILURE() << "getsockopt(" << optname << "): "
+                          << strerror(errno);
+        }
         return value;
+    }
+
+    /* TCP_USER_TIMEOUT of the sender's data lane's socket, in ms */
+    unsigned data_lane_user_timeout()
+    {
+        return data_lane_sockopt(TCP_USER_TIMEOUT);
+    }
+
+    /* TCP_RTO_MIN_US of the sender's data lane's socket, in us */
+    unsigned data_lane_rto_min()
+    {
+        return data_lane_sockopt(TCP_RTO_MIN_US);
     }
 
     /* a transport whose probe finds the lane dead: it reports the error
@@ -1995,17 +2016,32 @@ UCS_TEST_P(test_ucp_multirail_detect, failed_lane_verifies_its_rail,
     EXPECT_EQ(0u, m_err_count);
 }
 
-/* TCP connections of a failover endpoint carry TCP_USER_TIMEOUT:
- * UCX_MULTIRAIL_PROBE_TIMEOUT less Linux's minimum RTO (200 ms), >= 100 ms */
+/* TCP connections of a failover endpoint carry a retransmission timeout
+ * floor of a third of UCX_MULTIRAIL_PROBE_TIMEOUT (50-200 ms) and a
+ * TCP_USER_TIMEOUT of two thirds of it less that floor (>= 100 ms) */
 UCS_TEST_P(test_ucp_multirail_detect, tcp_user_timeout)
 {
     EXPECT_EQ(100u, data_lane_user_timeout());
 }
 
+UCS_TEST_P(test_ucp_multirail_detect, tcp_rto_min)
+{
+    EXPECT_NEAR(100000u, data_lane_rto_min(), 4000u); /* a jiffy */
+}
+
 UCS_TEST_P(test_ucp_multirail_detect, tcp_user_timeout_from_probe_timeout,
            "MULTIRAIL_PROBE_TIMEOUT=450ms")
 {
-    EXPECT_EQ(250u, data_lane_user_timeout());
+    EXPECT_EQ(150u, data_lane_user_timeout());
+    EXPECT_NEAR(150000u, data_lane_rto_min(), 4000u); /* a jiffy */
+}
+
+/* the kernel's floor (200 ms) is the most the floor can be */
+UCS_TEST_P(test_ucp_multirail_detect, tcp_rto_min_capped,
+           "MULTIRAIL_PROBE_TIMEOUT=1500ms")
+{
+    EXPECT_EQ(800u, data_lane_user_timeout());
+    EXPECT_NEAR(200000u, data_lane_rto_min(), 4000u); /* a jiffy */
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect, tcp, "tcp")
@@ -2017,12 +2053,14 @@ public:
     test_ucp_multirail_detect_user_tmo()
     {
         modify_config("TCP_USER_TIMEOUT", "1200ms", SETENV_IF_NOT_EXIST);
+        modify_config("TCP_RTO_MIN", "150ms", SETENV_IF_NOT_EXIST);
     }
 };
 
 UCS_TEST_P(test_ucp_multirail_detect_user_tmo, user_value_kept)
 {
     EXPECT_EQ(1200u, data_lane_user_timeout());
+    EXPECT_NEAR(150000u, data_lane_rto_min(), 4000u); /* a jiffy */
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect_user_tmo, tcp, "tcp")
