@@ -125,7 +125,12 @@ t_recover_flap() {
         fi
         [ "${after%% *}" -le $((${before%% *} + 2)) ] ||
             mr_fail "$role: file descriptors grew from ${before%% *} to ${after%% *}"
-        [ "${after##* }" -le $((${before##* } + 8192)) ] ||
+        # both samples are taken while every API streams: the receive
+        # buffers in flight (up to 4 MiB each) and the heap's high-water
+        # mark move RSS by several MB between samples (+0.1 to +4.2 MB in
+        # sessions 8-9, once +9.3 MB with 12 failovers); a leak of a
+        # rendezvous buffer per flap (20 flaps) still exceeds 16 MB
+        [ "${after##* }" -le $((${before##* } + 16384)) ] ||
             mr_fail "$role: RSS grew from ${before##* } to ${after##* } kB"
     done
     mr_pair_wait "$MR_DIR"
