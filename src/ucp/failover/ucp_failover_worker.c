@@ -409,16 +409,49 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker)
     ucs_free(fw);
 }
 
+/* Set a UCT/TCP knob (NAME, as in UCX_TCP_NAME) to VALUE unless the user set
+ * it in the environment */
+static void
+ucp_failover_tcp_knob_default(const ucp_tl_resource_desc_t *resource,
+                              uct_iface_config_t *iface_config,
+                              const char *name, const char *value)
+{
+    char env_name[64];
+    ucs_status_t status;
+
+    ucs_snprintf_zero(env_name, sizeof(env_name), "%sTCP_%s",
+                      UCS_DEFAULT_ENV_PREFIX, name);
+    if (getenv(env_name) != NULL) {
+        return;
+    }
+
+    status = uct_config_modify(iface_config, name, value);
+    if (status != UCS_OK) {
+        ucs_diag("cannot set %s=%s on %s/%s: %s", env_name, value,
+                 resource->tl_rsc.tl_name, resource->tl_rsc.dev_name,
+                 ucs_status_string(status));
+    }
+}
+
+/* The same for a time in seconds */
+static void
+ucp_failover_tcp_time_default(const ucp_tl_resource_desc_t *resource,
+                              uct_iface_config_t *iface_config,
+                              const char *name, double seconds)
+{
+    char value[32];
+
+    ucs_snprintf_zero(value, sizeof(value), "%.0fus", seconds * 1e6);
+    ucp_failover_tcp_knob_default(resource, iface_config, name, value);
+}
+
 void ucp_failover_iface_config(ucp_worker_h worker,
                                const ucp_tl_resource_desc_t *resource,
                                uct_iface_config_t *iface_config)
 {
-    ucp_context_h context = worker->context;
-    double user_timeout, rto_min, probe_timeout;
-    char value[32];
-    ucs_status_t status;
+    double probe_timeout, rto_min;
 
-    if (!ucp_failover_is_enabled(context) ||
+    if (!ucp_failover_is_enabled(worker->context) ||
         strcmp(resource->tl_rsc.tl_name, "tcp")) {
         return;
     }
@@ -427,14 +460,7 @@ void ucp_failover_iface_config(ucp_worker_h worker,
      * rail that still drops everything: a blocking connect() would stop the
      * whole process until the SYN times out (and the peer, whose data then
      * sits unread, could time its connections out) */
-    if (getenv(UCS_DEFAULT_ENV_PREFIX "TCP_CONN_NB") == NULL) {
-        status = uct_config_modify(iface_config, "CONN_NB", "y");
-        if (status != UCS_OK) {
-            ucs_diag("cannot set non-blocking connect on %s/%s: %s",
-                     resource->tl_rsc.tl_name, resource->tl_rsc.dev_name,
-                     ucs_status_string(status));
-        }
-    }
+    ucp_failover_tcp_knob_default(resource, iface_config, "CONN_NB", "y");
 
     /* A lost segment is sent again no earlier than the retransmission
      * timeout's floor, and Linux counts TCP_USER_TIMEOUT from that first
@@ -447,32 +473,16 @@ void ucp_failover_iface_config(ucp_worker_h worker,
      * retransmission on a loaded but healthy rail waits for its
      * acknowledgement. A kernel that cannot lower the floor (before Linux
      * 6.15) keeps 200 ms, and detection takes that much longer. */
-    probe_timeout = context->config.ext.multirail.probe_timeout;
+    probe_timeout = worker->context->config.ext.multirail.probe_timeout;
     rto_min       = ucs_min(ucs_max(probe_timeout / 3,
                                     UCP_FAILOVER_TCP_RTO_MIN_MIN),
                             UCP_FAILOVER_TCP_RTO_MIN);
-    if ((getenv(UCS_DEFAULT_ENV_PREFIX "TCP_RTO_MIN") == NULL) &&
-        (rto_min < UCP_FAILOVER_TCP_RTO_MIN)) {
-        ucs_snprintf_zero(value, sizeof(value), "%.0fus", rto_min * 1e6);
-        status = uct_config_modify(iface_config, "RTO_MIN", value);
-        if (status != UCS_OK) {
-            ucs_diag("cannot set TCP_RTO_MIN_US=%s on %s/%s: %s", value,
-                     resource->tl_rsc.tl_name, resource->tl_rsc.dev_name,
-                     ucs_status_string(status));
-        }
+    if (rto_min < UCP_FAILOVER_TCP_RTO_MIN) {
+        ucp_failover_tcp_time_default(resource, iface_config, "RTO_MIN",
+                                      rto_min);
     }
 
-    if (getenv(UCS_DEFAULT_ENV_PREFIX "TCP_USER_TIMEOUT") != NULL) {
-        return;
-    }
-
-    user_timeout = ucs_max((2 * probe_timeout / 3) - rto_min,
-                           UCP_FAILOVER_TCP_USER_TIMEOUT_MIN);
-    ucs_snprintf_zero(value, sizeof(value), "%.0fus", user_timeout * 1e6);
-    status = uct_config_modify(iface_config, "USER_TIMEOUT", value);
-    if (status != UCS_OK) {
-        ucs_diag("cannot set TCP_USER_TIMEOUT=%s on %s/%s: %s", value,
-                 resource->tl_rsc.tl_name, resource->tl_rsc.dev_name,
-                 ucs_status_string(status));
-    }
+    ucp_failover_tcp_time_default(resource, iface_config, "USER_TIMEOUT",
+                                  ucs_max((2 * probe_timeout / 3) - rto_min,
+                                          UCP_FAILOVER_TCP_USER_TIMEOUT_MIN));
 }
