@@ -91,6 +91,7 @@ typedef struct ucp_failover_ep {
     uint32_t         num_restarts;             /* Restarts since the last
                                                   lane failover */
     uint32_t         num_redriven;             /* Requests re-driven, total */
+    uint64_t         redriven_bytes;           /* Rendezvous bytes sent again */
     uint32_t         num_recoveries;           /* Lanes brought back */
     ucs_time_t       cm_deadline;              /* CM_PENDING decided then */
     struct ucp_failover_rec *rec;              /* Recovery state, or NULL */
@@ -154,15 +155,53 @@ ucs_status_t ucp_failover_lane_error(ucp_ep_h ep, ucp_lane_index_t lane,
                                      ucs_status_t status);
 
 
+/** What a rendezvous must send again after a lane failure (opaque) */
+typedef struct ucp_failover_rndv_redo ucp_failover_rndv_redo_t;
+
+
+/**
+ * Rendezvous fragment hooks, for a GET/PUT zcopy rendezvous whose failure
+ * ucp_failover_rndv_restart() handles. Before posting a fragment of @a length
+ * bytes at @a offset: the completion to post it with (the request's own, or
+ * one that records the fragment's range if it fails). After posting it:
+ * release that completion unless the transport took it (UCS_INPROGRESS);
+ * if posting failed, what the request skips is lost too.
+ */
+uct_completion_t *ucp_failover_rndv_frag_comp(ucp_request_t *req,
+                                              size_t offset, size_t length);
+void ucp_failover_rndv_frag_posted(ucp_request_t *req, uct_completion_t *comp,
+                                   ucs_status_t status);
+
+
+/**
+ * Rendezvous fragment hooks, while a restarted rendezvous sends its lost
+ * ranges again (req->send.rndv.fo_redo is set): clip a fragment of
+ * @a length bytes at the request's offset to the current range; after it is
+ * posted, move the request's offset to the next range, or to the end.
+ */
+size_t ucp_failover_rndv_frag_clip(ucp_request_t *req, size_t length);
+void ucp_failover_rndv_frag_next(ucp_request_t *req);
+
+
+/**
+ * Rendezvous lane hook: the endpoint's configuration changed (lanes failed
+ * over or came back) since the lanes of @a req (a rendezvous doing GET or
+ * PUT zcopy, @a proto) were chosen. Take them again from the current
+ * configuration, with the remote key's transport key for each.
+ */
+void ucp_failover_rndv_relane(ucp_request_t *req, unsigned proto);
+
+
 /**
  * Rendezvous completion hook: the data transfer of @a req (a rendezvous send
- * or receive doing GET/PUT zcopy) completed with an error. Restart it on the
- * surviving lanes if the endpoint can fail over.
+ * or receive doing GET or PUT zcopy, @a proto) completed with an error. If
+ * the endpoint can fail over, send the ranges that failed again on the
+ * surviving lanes (all of the data if they are not known).
  *
  * @return 1 if the request was taken over (it will complete later), 0 if it
  *         must complete with the error as it does without failover.
  */
-int ucp_failover_rndv_restart(ucp_request_t *req);
+int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto);
 
 
 /**

@@ -175,11 +175,11 @@ void ucp_failover_ep_print(ucp_ep_h ep, FILE *stream)
 
     fprintf(stream, "#                 multi-rail failover: %s, %u lane "
             "failover(s), %u lane recovery(ies), failed lanes 0x%x, %u "
-            "request(s) re-driven%s\n",
+            "request(s) re-driven (%" PRIu64 " rendezvous bytes)%s\n",
             (fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) ?
             "negotiated" : "not negotiated (peer without failover)",
             fo->num_failovers, fo->num_recoveries, fo->failed_lanes,
-            fo->num_redriven,
+            fo->num_redriven, fo->redriven_bytes,
             (fo->flags & UCP_FAILOVER_EP_FLAG_CM_LOST) ?
             ", CM connection lost" : "");
     if (fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) {

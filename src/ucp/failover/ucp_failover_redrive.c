@@ -8,8 +8,8 @@
  * Rendezvous data transfer (GET or PUT zcopy) is idempotent until the ATS or
  * ATP is sent: the same bytes land at the same place. So a rendezvous whose
  * data transfer completes with an error on an endpoint that can still fail
- * over is restarted from offset 0 on the current (surviving) lanes, instead
- * of failing the user's request.
+ * over sends the fragments that did not complete again, on the current
+ * (surviving) lanes, instead of failing the user's request.
  */
 
 #ifdef HAVE_CONFIG_H
@@ -45,47 +45,466 @@ static int ucp_failover_can_redrive(ucp_ep_h ep)
            (fo->num_restarts < UCP_FAILOVER_MAX_RESTARTS);
 }
 
+/*
+ * Rendezvous zero-copy fragments
+ *
+ * On a failover endpoint each GET/PUT zcopy fragment of a rendezvous that
+ * can restart has a completion of its own, which knows the fragment's range.
+ * A fragment that completes with an error (its lane failed; completing with
+ * success means the data landed) adds its range to the request's "lost"
+ * ranges, and so does the rest of the request when posting a fragment fails
+ * at once (UCP then skips what was not posted). When every fragment has
+ * completed, the restart sends the lost ranges again, on the lanes of the
+ * endpoint's configuration then: the share of the surviving lanes is not
+ * sent twice.
+ *
+ * The ranges being sent again ("resend") are walked by the rendezvous
+ * progress through two hooks: one clips a fragment to the current range, the
+ * other moves to the next range once a range is posted. Ranges lost while
+ * sending again collect apart and are sent again by the next restart.
+ */
+
+/* The request's ranges are unknown (no memory to track them): restart all */
+#define UCP_FAILOVER_REDO_ALL     ((ucp_failover_rndv_redo_t*)0x1)
+/* The restart could not be done: complete with the error */
+#define UCP_FAILOVER_REDO_GIVE_UP ((ucp_failover_rndv_redo_t*)0x2)
+
+#define UCP_FAILOVER_REDO_IS_STATE(_redo) ((uintptr_t)(_redo) > 0x2)
+
+
+typedef struct {
+    size_t start;
+    size_t end;
+} ucp_failover_range_t;
+
+
+typedef struct {
+    ucp_failover_range_t *r;
+    unsigned             count;
+    unsigned             size;
+} ucp_failover_ranges_t;
+
+
+struct ucp_failover_rndv_redo {
+    ucp_failover_ranges_t lost;   /* failed since the last restart */
+    ucp_failover_ranges_t resend; /* being sent again, from resend_next */
+    unsigned              resend_next;
+    unsigned              proto;  /* UCP_REQUEST_SEND_PROTO_RNDV_GET/PUT */
+};
+
+
+typedef struct {
+    uct_completion_t comp;
+    ucp_request_t    *req;
+    size_t           offset;
+    size_t           length;
+} ucp_failover_rndv_frag_t;
+
+
+/* Add [start, end) to a sorted list of disjoint ranges, merging neighbours */
+static ucs_status_t ucp_failover_ranges_add(ucp_failover_ranges_t *ranges,
+                                            size_t start, size_t end)
+{
+    ucp_failover_range_t *r;
+    unsigned i, j, size;
+
+    ucs_assert(start < end);
+    for (i = 0; (i < ranges->count) && (ranges->r[i].end < start); ++i) {
+    }
+
+    if ((i < ranges->count) && (ranges->r[i].start <= end)) {
+        /* overlaps or touches r[i] (and maybe the ones after it) */
+        ranges->r[i].start = ucs_min(ranges->r[i].start, start);
+        ranges->r[i].end   = ucs_max(ranges->r[i].end, end);
+        for (j = i + 1; (j < ranges->count) &&
+                        (ranges->r[j].start <= ranges->r[i].end); ++j) {
+            ranges->r[i].end = ucs_max(ranges->r[i].end, ranges->r[j].end);
+        }
+        memmove(&ranges->r[i + 1], &ranges->r[j],
+                (ranges->count - j) * sizeof(*ranges->r));
+        ranges->count -= j - (i + 1);
+        return UCS_OK;
+    }
+
+    if (ranges->count == ranges->size) {
+        size = ucs_max(4, ranges->size * 2);
+        r    = ucs_realloc(ranges->r, size * sizeof(*r), "failover ranges");
+        if (r == NULL) {
+            return UCS_ERR_NO_MEMORY;
+        }
+        ranges->r    = r;
+        ranges->size = size;
+    }
+
+    memmove(&ranges->r[i + 1], &ranges->r[i],
+            (ranges->count - i) * sizeof(*ranges->r));
+    ranges->r[i].start = start;
+    ranges->r[i].end   = end;
+    ++ranges->count;
+    return UCS_OK;
+}
+
+static size_t ucp_failover_ranges_bytes(const ucp_failover_ranges_t *ranges,
+                                        unsigned first)
+{
+    size_t bytes = 0;
+    unsigned i;
+
+    for (i = first; i < ranges->count; ++i) {
+        bytes += ranges->r[i].end - ranges->r[i].start;
+    }
+    return bytes;
+}
+
+static void ucp_failover_rndv_redo_release(ucp_request_t *req)
+{
+    ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
+
+    if (UCP_FAILOVER_REDO_IS_STATE(redo)) {
+        ucs_free(redo->lost.r);
+        ucs_free(redo->resend.r);
+        ucs_free(redo);
+    }
+    req->send.rndv.fo_redo = NULL;
+}
+
+/* Whether the request has ranges being sent again */
+static UCS_F_ALWAYS_INLINE ucp_failover_range_t *
+ucp_failover_rndv_resend_range(ucp_request_t *req)
+{
+    ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
+
+    if (!UCP_FAILOVER_REDO_IS_STATE(redo) ||
+        (redo->resend_next >= redo->resend.count)) {
+        return NULL;
+    }
+    return &redo->resend.r[redo->resend_next];
+}
+
+/* [start, end) of the request must be sent again */
+static void ucp_failover_rndv_lost(ucp_request_t *req, size_t start,
+                                   size_t end)
+{
+    ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
+
+    if ((redo == UCP_FAILOVER_REDO_ALL) || (start >= end)) {
+        return;
+    }
+
+    ucs_trace_req("req %p: rendezvous range %zu..%zu lost", req, start, end);
+    if (redo == NULL) {
+        redo = ucs_calloc(1, sizeof(*redo), "failover rndv redo");
+        if (redo == NULL) {
+            goto all;
+        }
+        req->send.rndv.fo_redo = redo;
+    }
+
+    if (ucp_failover_ranges_add(&redo->lost, start, end) == UCS_OK) {
+        return;
+    }
+
+all:
+    ucs_debug("req %p: no memory to track rendezvous ranges, the restart "
+              "sends all", req);
+    ucp_failover_rndv_redo_release(req);
+    req->send.rndv.fo_redo = UCP_FAILOVER_REDO_ALL;
+}
+
+static void ucp_failover_rndv_frag_completed(uct_completion_t *self)
+{
+    ucp_failover_rndv_frag_t *frag = ucs_container_of(self,
+                                                      ucp_failover_rndv_frag_t,
+                                                      comp);
+    ucp_request_t *req             = frag->req;
+    ucs_status_t status            = self->status;
+
+    if (status != UCS_OK) {
+        ucp_failover_rndv_lost(req, frag->offset,
+                               frag->offset + frag->length);
+    }
+    ucs_free(frag);
+    ucp_invoke_uct_completion(&req->send.state.uct_comp, status);
+}
+
+uct_completion_t *ucp_failover_rndv_frag_comp(ucp_request_t *req,
+                                              size_t offset, size_t length)
+{
+    ucp_failover_rndv_frag_t *frag;
+
+    /* failover is negotiated at wireup, before any data flows on the lanes:
+     * a restartable rendezvous has all or none of its fragments tracked */
+    if (!(ucp_failover_ep(req->send.ep)->flags &
+          UCP_FAILOVER_EP_FLAG_NEGOTIATED) ||
+        (req->send.rndv.fo_redo == UCP_FAILOVER_REDO_ALL)) {
+        return &req->send.state.uct_comp;
+    }
+
+    frag = ucs_malloc(sizeof(*frag), "failover rndv frag");
+    if (frag == NULL) {
+        ucp_failover_rndv_redo_release(req);
+        req->send.rndv.fo_redo = UCP_FAILOVER_REDO_ALL;
+        return &req->send.state.uct_comp;
+    }
+
+    frag->comp.func   = ucp_failover_rndv_frag_completed;
+    frag->comp.count  = 1;
+    frag->comp.status = UCS_OK;
+    frag->req         = req;
+    frag->offset      = offset;
+    frag->length      = length;
+    return &frag->comp;
+}
+
+void ucp_failover_rndv_frag_posted(ucp_request_t *req, uct_completion_t *comp,
+                                   ucs_status_t status)
+{
+    ucp_failover_rndv_frag_t *frag;
+    ucp_failover_rndv_redo_t *redo;
+    ucp_failover_range_t *range;
+    unsigned i;
+
+    if ((comp == &req->send.state.uct_comp) || (status == UCS_INPROGRESS)) {
+        return;
+    }
+
+    frag = ucs_container_of(comp, ucp_failover_rndv_frag_t, comp);
+    if (UCS_STATUS_IS_ERR(status) && (status != UCS_ERR_NO_RESOURCE)) {
+        /* UCP skips the rest of the request: all of it is lost */
+        range = ucp_failover_rndv_resend_range(req);
+        if (range == NULL) {
+            ucp_failover_rndv_lost(req, frag->offset, req->send.length);
+        } else {
+            redo   = req->send.rndv.fo_redo;
+            status = ucp_failover_ranges_add(&redo->lost, frag->offset,
+                                             range->end);
+            for (i = redo->resend_next + 1;
+                 (i < redo->resend.count) && (status == UCS_OK); ++i) {
+                status = ucp_failover_ranges_add(&redo->lost,
+                                                 redo->resend.r[i].start,
+                                                 redo->resend.r[i].end);
+            }
+            redo->resend.count = 0;
+            redo->resend_next  = 0;
+            if (status != UCS_OK) {
+                ucp_failover_rndv_redo_release(req);
+                req->send.rndv.fo_redo = UCP_FAILOVER_REDO_ALL;
+            }
+        }
+    }
+    ucs_free(frag);
+}
+
+size_t ucp_failover_rndv_frag_clip(ucp_request_t *req, size_t length)
+{
+    ucp_failover_range_t *range = ucp_failover_rndv_resend_range(req);
+    size_t offset               = req->send.state.dt.offset;
+
+    if (range == NULL) {
+        return length;
+    }
+
+    ucs_assertv((offset >= range->start) && (offset < range->end),
+                "req %p offset %zu range %zu..%zu", req, offset, range->start,
+                range->end);
+    return ucs_min(length, range->end - offset);
+}
+
+void ucp_failover_rndv_frag_next(ucp_request_t *req)
+{
+    ucp_failover_range_t *range = ucp_failover_rndv_resend_range(req);
+    ucp_failover_rndv_redo_t *redo;
+
+    if ((range == NULL) || (req->send.state.dt.offset < range->end)) {
+        return;
+    }
+
+    redo = req->send.rndv.fo_redo;
+    if (++redo->resend_next < redo->resend.count) {
+        req->send.state.dt.offset = redo->resend.r[redo->resend_next].start;
+        return;
+    }
+
+    /* all sent again */
+    req->send.state.dt.offset = req->send.length;
+    redo->resend.count        = 0;
+    redo->resend_next         = 0;
+    if (redo->lost.count == 0) {
+        ucp_failover_rndv_redo_release(req);
+    }
+}
+
+/*
+ * Take the request's lanes again from the endpoint's current configuration:
+ * a position of the rendezvous lane list whose lane failed now names a
+ * surviving lane, which may need another of the remote key's transport keys
+ * (another memory domain). Returns the number of lanes.
+ */
+static unsigned ucp_failover_rndv_take_lanes(ucp_request_t *req,
+                                             unsigned proto)
+{
+    ucp_ep_h ep             = req->send.ep;
+    ucp_ep_config_t *config = ucp_ep_config(ep);
+    ucp_context_h context   = ep->worker->context;
+    ucp_rkey_h rkey         = req->send.rndv.rkey;
+    ucp_lane_map_t lane_map = 0;
+    uint64_t used_lanes     = 0;
+    const ucp_lane_index_t *lanes;
+    const uct_md_attr_t *md_attr;
+    ucp_md_index_t md_index, dst_md_index;
+    ucp_lane_index_t lane;
+    unsigned i;
+
+    lanes = (proto == UCP_REQUEST_SEND_PROTO_RNDV_GET) ?
+            config->rndv.get_zcopy.lanes : config->rndv.put_zcopy.lanes;
+
+    ucs_for_each_bit(i, req->send.rndv.lanes_map_all) {
+        lane = lanes[i];
+        if ((lane == UCP_NULL_LANE) || (used_lanes & UCS_BIT(lane)) ||
+            ucp_failover_lane_is_failed(ep, lane)) {
+            continue;
+        }
+
+        md_index = config->md_index[lane];
+        md_attr  = (md_index == UCP_NULL_RESOURCE) ? NULL :
+                   &context->tl_mds[md_index].attr;
+        if ((md_attr != NULL) && !UCP_MEM_IS_HOST(req->send.mem_type) &&
+            !(md_attr->cap.reg_mem_types & UCS_BIT(req->send.mem_type))) {
+            continue;
+        }
+
+        if ((md_attr != NULL) &&
+            !(md_attr->cap.flags & UCT_MD_FLAG_NEED_RKEY)) {
+            req->send.rndv.rkey_index[i] = UCP_NULL_RESOURCE;
+        } else {
+            dst_md_index = config->key.lanes[lane].dst_md_index;
+            if ((rkey == NULL) || !(rkey->md_map & UCS_BIT(dst_md_index))) {
+                continue;
+            }
+            req->send.rndv.rkey_index[i] = ucs_bitmap2idx(rkey->md_map,
+                                                          dst_md_index);
+        }
+
+        lane_map   |= UCS_BIT(i);
+        used_lanes |= UCS_BIT(lane);
+    }
+
+    req->send.rndv.lanes_map_all = lane_map;
+    req->send.rndv.lanes_count   = ucs_popcount(lane_map);
+    req->send.rndv.fo_cfg_index  = ep->cfg_index;
+    req->send.lanes_map_avail    = lane_map;
+    return req->send.rndv.lanes_count;
+}
+
+void ucp_failover_rndv_relane(ucp_request_t *req, unsigned proto)
+{
+    ucp_lane_map_t lanes_map_all = req->send.rndv.lanes_map_all;
+    ucp_lane_map_t lanes_avail   = req->send.lanes_map_avail;
+    uint8_t rkey_index[UCP_MAX_LANES];
+
+    if (!(ucp_failover_ep(req->send.ep)->flags &
+          UCP_FAILOVER_EP_FLAG_NEGOTIATED)) {
+        req->send.rndv.fo_cfg_index = req->send.ep->cfg_index;
+        return;
+    }
+
+    memcpy(rkey_index, req->send.rndv.rkey_index, sizeof(rkey_index));
+    if (ucp_failover_rndv_take_lanes(req, proto) == 0) {
+        /* keep the lanes it had: posting on them fails, and the restart
+         * that follows finds that no lane is left */
+        memcpy(req->send.rndv.rkey_index, rkey_index, sizeof(rkey_index));
+        req->send.rndv.lanes_map_all = lanes_map_all;
+        req->send.rndv.lanes_count   = ucs_popcount(lanes_map_all);
+        req->send.lanes_map_avail    = lanes_avail;
+        return;
+    }
+
+    ucs_debug("req %p: rendezvous lanes map 0x%x -> 0x%x", req, lanes_map_all,
+              req->send.rndv.lanes_map_all);
+}
+
 static unsigned ucp_failover_rndv_restart_progress(void *arg)
 {
-    ucp_request_t *req = arg;
-    ucp_ep_h ep        = req->send.ep;
+    ucp_request_t *req             = arg;
+    ucp_ep_h ep                    = req->send.ep;
+    ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
+    ucs_status_t status;
 
+    ucs_assert(UCP_FAILOVER_REDO_IS_STATE(redo));
     if (ep->flags & UCP_EP_FLAG_FAILED) {
         /* every lane is gone: complete the request as without failover */
         ucs_debug("req %p: ep %p failed, rendezvous not restarted", req, ep);
-        req->send.state.dt.offset       = req->send.length;
-        req->send.state.uct_comp.status = UCS_ERR_CONNECTION_RESET;
-        req->send.state.uct_comp.func(&req->send.state.uct_comp);
-        return 1;
+        status = UCS_ERR_CONNECTION_RESET;
+        goto err;
     }
 
-    ucs_debug("req %p: ep %p restarting rendezvous data transfer of %zu bytes",
-              req, ep, req->send.length);
+    if (ucp_failover_rndv_take_lanes(req, redo->proto) == 0) {
+        ucs_diag("req %p: ep %p has no lane left for the rendezvous data "
+                 "transfer", req, ep);
+        status = UCS_ERR_UNREACHABLE;
+        goto err;
+    }
+
+    ucs_debug("req %p: ep %p sending %zu of %zu rendezvous bytes again on "
+              "lanes map 0x%x", req, ep,
+              ucp_failover_ranges_bytes(&redo->resend, 0), req->send.length,
+              req->send.rndv.lanes_map_all);
     ucp_request_send(req);
+    return 1;
+
+err:
+    ucp_failover_rndv_redo_release(req);
+    req->send.rndv.fo_redo          = UCP_FAILOVER_REDO_GIVE_UP;
+    req->send.state.dt.offset       = req->send.length;
+    req->send.state.uct_comp.status = status;
+    req->send.state.uct_comp.func(&req->send.state.uct_comp);
     return 1;
 }
 
-int ucp_failover_rndv_restart(ucp_request_t *req)
+int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto)
 {
-    ucp_ep_h ep                = req->send.ep;
-    ucp_failover_ep_t *fo      = ucp_failover_ep(ep);
-    uct_worker_cb_id_t prog_id = UCS_CALLBACKQ_ID_NULL;
+    ucp_ep_h ep                    = req->send.ep;
+    ucp_failover_ep_t *fo          = ucp_failover_ep(ep);
+    ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
+    uct_worker_cb_id_t prog_id     = UCS_CALLBACKQ_ID_NULL;
+    ucp_failover_ranges_t ranges;
 
-    if (!ucp_failover_can_redrive(ep)) {
-        return 0;
+    if ((redo == UCP_FAILOVER_REDO_GIVE_UP) || !ucp_failover_can_redrive(ep)) {
+        goto no_restart;
     }
 
     ucs_assert(req->send.state.uct_comp.count == 0);
+    if (!UCP_FAILOVER_REDO_IS_STATE(redo) || (redo->lost.count == 0) ||
+        !UCP_DT_IS_CONTIG(req->send.datatype)) {
+        /* which ranges were lost is not known: all of them */
+        ucp_failover_rndv_redo_release(req);
+        ucp_failover_rndv_lost(req, 0, req->send.length);
+        redo = req->send.rndv.fo_redo;
+        if (!UCP_FAILOVER_REDO_IS_STATE(redo)) {
+            goto no_restart;
+        }
+    }
+
+    /* lost -> resend */
+    ucs_assert(redo->resend.count == 0);
+    ranges       = redo->resend;
+    redo->resend = redo->lost;
+    redo->lost   = ranges;
+    redo->resend_next = 0;
+    redo->proto       = proto;
+
     ucs_debug("req %p: ep %p rendezvous data transfer failed (%s), restart "
-              "%u", req, ep,
-              ucs_status_string(req->send.state.uct_comp.status),
-              fo->num_restarts);
+              "%u: %u range(s), %zu of %zu bytes",
+              req, ep, ucs_status_string(req->send.state.uct_comp.status),
+              fo->num_restarts, redo->resend.count,
+              ucp_failover_ranges_bytes(&redo->resend, 0), req->send.length);
 
     ++fo->num_restarts;
     ++fo->num_redriven;
-    req->send.state.dt.offset       = 0;
+    fo->redriven_bytes             += ucp_failover_ranges_bytes(&redo->resend,
+                                                                0);
+    req->send.state.dt.offset       = redo->resend.r[0].start;
     req->send.state.uct_comp.status = UCS_OK;
-    req->send.lanes_map_avail       = req->send.rndv.lanes_map_all;
     req->send.pending_lane          = UCP_NULL_LANE;
 
     /* the failed lane may not have failed over yet (the error completion can
@@ -95,6 +514,10 @@ int ucp_failover_rndv_restart(ucp_request_t *req)
                                       ucp_failover_rndv_restart_progress, req,
                                       UCS_CALLBACKQ_FLAG_ONESHOT, &prog_id);
     return 1;
+
+no_restart:
+    ucp_failover_rndv_redo_release(req);
+    return 0;
 }
 
 int ucp_failover_flush_restart(ucp_request_t *req, ucs_callback_t flush_cb)
