@@ -187,8 +187,9 @@ static void ucp_failover_rndv_lost(ucp_request_t *req, size_t start,
 {
     ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
 
-    if ((redo == UCP_FAILOVER_REDO_ALL) || (start >= end)) {
-        return;
+    if (((redo != NULL) && !UCP_FAILOVER_REDO_IS_STATE(redo)) ||
+        (start >= end)) {
+        return; /* all of it is sent again, or none */
     }
 
     ucs_trace_req("req %p: rendezvous range %zu..%zu lost", req, start, end);
