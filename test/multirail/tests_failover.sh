@@ -129,6 +129,42 @@ t_failover_amlane_twice() {
     mr_note+=" r2_tx=$(mr_rail_tx "$MR_DIR/client.out" r2)"
 }
 
+# t_failover_dead_at_start FAILOVER KIND RAIL SIDE CONN ERRMODE: the rail is
+# already dead when the endpoints are created (a NIC down or a dead switch
+# port on one host when the job starts). With failover on, a data lane that
+# fails while wireup still connects it fails over like any other: the pair
+# runs clean on the other rails. A rail down on one side only also makes the
+# two sides' device lists differ; over TCP (every address reachable) a lane
+# of the other side then lands on a device of this side that cannot take it,
+# and its failure during wireup killed the endpoint, stock UCX's too
+# (FAILOVER=n: the pair must fail, as it does without this library).
+t_failover_dead_at_start() {
+    local fo=$1 kind=$2 rail=$3 side=$4 conn=$5 errmode=$6 MR_NET_MGMT=1
+    local env="UCX_MULTIRAIL_FAILOVER=$fo UCX_LOG_LEVEL=${MR_LOG_LEVEL:-info}"
+    local i tx msgs
+    [ "$conn" = address ] && MR_NET_MGMT=0
+    "$MR_BED" up --rails 2 --rate 500mbit
+    "$MR_BED" fault "$kind" "$rail" "$side"
+    mr_pair_start 2 6 "$env" "$env" --conn "$conn" --err-mode "$errmode" ||
+        return 0
+    mr_pair_wait "$MR_DIR"
+    if [ "$fo" = n ]; then
+        mr_expect_eq "client err_cb (stock)" 1 \
+            "$(mr_result "$MR_DIR/client.out" err_cb)"
+        return 0
+    fi
+    mr_expect_clean "$MR_DIR"
+    msgs=$(mr_result "$MR_DIR/client.out" tag_sent)
+    mr_note+=" tag_msgs=$msgs"
+    [ "${msgs:-0}" -ge 20 ] || mr_fail "only ${msgs:-0} tagged messages sent"
+    for ((i = 0; i < 2; i++)); do
+        [ "$i" = "$rail" ] && continue
+        tx=$(mr_rail_tx "$MR_DIR/client.out" "r$i")
+        mr_note+=" r${i}_tx=$tx"
+        [ "$tx" -ge 5000000 ] || mr_fail "r$i carried only $tx bytes"
+    done
+}
+
 # A peer without failover: the endpoint is stock on both sides, so a fault
 # on r1 kills it as it does today, and no failover message is ever sent
 t_failover_stock_peer() {
@@ -269,6 +305,17 @@ mr_failover_all() {
     mr_run_test failover_delete_r0_address_peer t_failover_fault 2 delete 0 a \
         address peer
     mr_run_test failover_3rail_amlane_twice t_failover_amlane_twice
+    # a rail already dead when the endpoints are created
+    mr_run_test failover_linkdown_r1_at_start_sockaddr \
+        t_failover_dead_at_start y down 1 a sockaddr peer
+    mr_run_test stock_linkdown_r1_at_start_sockaddr_fails \
+        t_failover_dead_at_start n down 1 a sockaddr peer
+    mr_run_test failover_linkdown_r1_at_start_target_sockaddr_none \
+        t_failover_dead_at_start y down 1 b sockaddr none
+    mr_run_test failover_linkdown_r1_at_start_address \
+        t_failover_dead_at_start y down 1 a address peer
+    mr_run_test failover_blackhole_r0_at_start_sockaddr \
+        t_failover_dead_at_start y blackhole 0 both sockaddr peer
     mr_run_test failover_stock_peer t_failover_stock_peer
     mr_run_test failover_cm_rst_endpoint_lives t_cm_rst y
     mr_run_test stock_cm_rst_kills_endpoint t_cm_rst n

@@ -357,8 +357,11 @@ int ucp_failover_lane_can_fail(ucp_ep_h ep, ucp_lane_index_t lane)
              (ucp_failover_am_survivor(ep, UCS_BIT(lane)) != UCP_NULL_LANE))) &&
            (lane != ucp_ep_get_cm_lane(ep)) &&
            !(fo->failed_lanes & UCS_BIT(lane)) &&
-           /* a lane still being connected is wireup's business */
-           !ucp_wireup_ep_test(ep->uct_eps[lane]);
+           /* the am lane still being connected is wireup's business: it
+            * carries wireup's own messages; a data lane can fail over
+            * (e.g. a rail that is down on one peer when they connect) */
+           (!ucp_wireup_ep_test(ep->uct_eps[lane]) ||
+            (lane != ucp_ep_get_am_lane(ep)));
 }
 
 ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
