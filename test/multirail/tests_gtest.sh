@@ -53,6 +53,7 @@ mr_gtest_devorder() {
        ! [[ gtest_lane_detect == $MR_FILTER ]] &&
        ! [[ gtest_lane_recover == $MR_FILTER ]] &&
        ! [[ gtest_lane_traffic == $MR_FILTER ]] &&
+       ! [[ gtest_lane_wireup == $MR_FILTER ]] &&
        ! [[ gtest_lane_am_steps == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_failed_in_rx == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_canceled_rx == $MR_FILTER ]] &&
@@ -88,6 +89,9 @@ mr_gtest_devorder() {
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_traffic 'tcp/test_ucp_multirail_traffic.*' "$ns"
+    # a data lane failing while wireup still connects it
+    UCX_NET_DEVICES=d0x,d1x \
+        mr_gtest lane_wireup 'tcp/test_ucp_multirail_wireup.*' "$ns"
     # the am lane failing at one step of a protocol (issue 4)
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_am_steps 'tcp/test_ucp_multirail_am_steps.*' "$ns"

@@ -379,7 +379,7 @@ protected:
      * namespace has d0x, d1x), the sender connects to it. The endpoints then
      * have a CM lane besides their data lanes.
      */
-    void connect_sockaddr()
+    void connect_sockaddr(bool fail_in_wireup = false)
     {
         const char *devs = getenv("UCX_NET_DEVICES");
         std::string dev  = (devs == NULL) ? "" :
@@ -413,6 +413,9 @@ protected:
             progress();
         }
         ASSERT_EQ(1, receiver().get_num_eps()) << "server endpoint";
+        if (fail_in_wireup) {
+            fail_wireup_lane(receiver());
+        }
 
         /* the test entity accepts with itself as the endpoint's user data,
          * which UCP passes to the error handler: pass the test instead */
@@ -435,6 +438,34 @@ protected:
         ASSERT_TRUE(tcp_lanes_connected(receiver().ep()));
     }
 
+    /* a data lane of the endpoint that wireup still connects (its slot holds
+     * a wireup endpoint) gets a transport error, as a connection that the
+     * peer's side closes at once does */
+    void fail_wireup_lane(entity &e)
+    {
+        ucp_ep_h ep = e.ep();
+
+        for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+            uct_ep_h uct_ep = ep->uct_eps[lane];
+
+            if ((lane == ucp_ep_get_am_lane(ep)) ||
+                (lane == ucp_ep_get_cm_lane(ep)) ||
+                !ucp_wireup_ep_test(uct_ep) ||
+                (ucp_wireup_ep(uct_ep)->super.uct_ep == NULL)) {
+                continue;
+            }
+
+            uct_ep = ucp_wireup_ep(uct_ep)->super.uct_ep;
+            UCS_TEST_MESSAGE << "failing lane[" << int(lane)
+                             << "] in wireup";
+            uct_iface_handle_ep_err(uct_ep->iface, uct_ep,
+                                    UCS_ERR_ENDPOINT_TIMEOUT);
+            return;
+        }
+
+        FAIL() << "no data lane in wireup on the server endpoint";
+    }
+
     /* every transport endpoint of the endpoint's lanes (but the CM lane's)
      * is a connected UCT/TCP endpoint */
     static bool tcp_lanes_connected(ucp_ep_h ep)
@@ -442,7 +473,9 @@ protected:
         for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
             uct_ep_h uct_ep = ep->uct_eps[lane];
 
-            if (lane == ucp_ep_get_cm_lane(ep)) {
+            if ((lane == ucp_ep_get_cm_lane(ep)) ||
+                (ucp_ep_ext_control(ep)->failover.failed_lanes &
+                 UCS_BIT(lane))) {
                 continue;
             }
 
@@ -988,6 +1021,44 @@ UCS_TEST_P(test_ucp_multirail_failover, off_is_stock, "MULTIRAIL_FAILOVER=n")
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_failover, tcp, "tcp")
+
+
+/*
+ * A data lane fails while wireup still connects it (e.g. a rail down on one
+ * host when the endpoints are created, docs/design.md section 3): it fails
+ * over like any other lane, where stock UCX (and this library before) failed
+ * the endpoint.
+ */
+class test_ucp_multirail_wireup : public test_ucp_multirail_failover {
+public:
+    static void get_test_variants(std::vector<ucp_test_variant> &variants)
+    {
+        add_variant_with_value(variants, UCP_FEATURE_TAG,
+                               ERR_MODE_PEER | SOCKADDR, "peer/sockaddr");
+        add_variant_with_value(variants, UCP_FEATURE_TAG,
+                               ERR_MODE_NONE | SOCKADDR, "none/sockaddr");
+    }
+
+    void init()
+    {
+        /* the test connects */
+        ucp_test::init();
+    }
+};
+
+UCS_TEST_P(test_ucp_multirail_wireup, data_lane_fails_in_wireup)
+{
+    connect_sockaddr(true);
+    EXPECT_EQ(1u, num_failed(receiver().ep()));
+    wait_peer_failed(sender(), 1);
+    exchange(8, 4);
+    exchange(1 << 20, 2);
+    EXPECT_EQ(0u, m_err_count);
+    EXPECT_FALSE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
+    EXPECT_FALSE(receiver().ep()->flags & UCP_EP_FLAG_FAILED);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_wireup, tcp, "tcp")
 
 
 /*
