@@ -443,27 +443,40 @@ protected:
      * peer's side closes at once does */
     void fail_wireup_lane(entity &e)
     {
-        ucp_ep_h ep = e.ep();
+        ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+        ucp_lane_index_t lane;
+
+        /* the server's endpoint gets its data lanes once it has the
+         * client's full address */
+        while ((lane = wireup_data_lane(e.ep())) == UCP_NULL_LANE) {
+            ASSERT_LT(ucs_get_time(), deadline)
+                    << "no data lane in wireup on the endpoint";
+            progress();
+        }
+
+        uct_ep_h uct_ep = ucp_wireup_ep(e.ep()->uct_eps[lane])->super.uct_ep;
+        UCS_TEST_MESSAGE << "failing lane[" << int(lane) << "] in wireup";
+        uct_iface_handle_ep_err(uct_ep->iface, uct_ep,
+                                UCS_ERR_ENDPOINT_TIMEOUT);
+    }
+
+    static ucp_lane_index_t wireup_data_lane(ucp_ep_h ep)
+    {
+        if (ep->cfg_index == UCP_WORKER_CFG_INDEX_NULL) {
+            return UCP_NULL_LANE;
+        }
 
         for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
             uct_ep_h uct_ep = ep->uct_eps[lane];
 
-            if ((lane == ucp_ep_get_am_lane(ep)) ||
-                (lane == ucp_ep_get_cm_lane(ep)) ||
-                !ucp_wireup_ep_test(uct_ep) ||
-                (ucp_wireup_ep(uct_ep)->super.uct_ep == NULL)) {
-                continue;
+            if ((lane != ucp_ep_get_am_lane(ep)) &&
+                (lane != ucp_ep_get_cm_lane(ep)) && (uct_ep != NULL) &&
+                ucp_wireup_ep_test(uct_ep) &&
+                (ucp_wireup_ep(uct_ep)->super.uct_ep != NULL)) {
+                return lane;
             }
-
-            uct_ep = ucp_wireup_ep(uct_ep)->super.uct_ep;
-            UCS_TEST_MESSAGE << "failing lane[" << int(lane)
-                             << "] in wireup";
-            uct_iface_handle_ep_err(uct_ep->iface, uct_ep,
-                                    UCS_ERR_ENDPOINT_TIMEOUT);
-            return;
         }
-
-        FAIL() << "no data lane in wireup on the server endpoint";
+        return UCP_NULL_LANE;
     }
 
     /* every transport endpoint of the endpoint's lanes (but the CM lane's)
