@@ -342,6 +342,27 @@ ucp_failover_discarded_cb(void *request, ucs_status_t status, void *user_data)
 {
 }
 
+/*
+ * Whether @a lane is the only lane left in the endpoint's rendezvous (rma_bw)
+ * lanes: a rendezvous in flight takes its lanes from that list, and
+ * without one it would have none (failed lanes are replaced in the list by
+ * surviving ones, so only surviving lanes are in it).
+ */
+static int ucp_failover_is_last_rma_bw_lane(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    const ucp_lane_index_t *lanes = ucp_ep_config(ep)->key.rma_bw_lanes;
+    int found                     = 0;
+    int i;
+
+    for (i = 0; (i < UCP_MAX_LANES) && (lanes[i] != UCP_NULL_LANE); ++i) {
+        if (lanes[i] != lane) {
+            return 0;
+        }
+        found = 1;
+    }
+    return found;
+}
+
 int ucp_failover_lane_can_fail(ucp_ep_h ep, ucp_lane_index_t lane)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
@@ -357,6 +378,8 @@ int ucp_failover_lane_can_fail(ucp_ep_h ep, ucp_lane_index_t lane)
              (ucp_failover_am_survivor(ep, UCS_BIT(lane)) != UCP_NULL_LANE))) &&
            (lane != ucp_ep_get_cm_lane(ep)) &&
            !(fo->failed_lanes & UCS_BIT(lane)) &&
+           /* the endpoint keeps a lane for its rendezvous data */
+           !ucp_failover_is_last_rma_bw_lane(ep, lane) &&
            /* the am lane still being connected is wireup's business: it
             * carries wireup's own messages; a data lane can fail over
             * (e.g. a rail that is down on one peer when they connect) */

@@ -29,11 +29,13 @@
 
 
 /*
- * A restart normally happens once per request and failed lane. The bound
+ * A restart normally happens once per request and failed lane, and an
+ * endpoint can have many requests in flight when a lane fails. The bound
  * only stops a livelock if an error keeps coming from a lane that never
- * fails over; it is reset by each lane failover.
+ * fails over (each restart is one progress call); it is reset by each lane
+ * failover.
  */
-#define UCP_FAILOVER_MAX_RESTARTS 4096
+#define UCP_FAILOVER_MAX_RESTARTS (1u << 20)
 
 
 static int ucp_failover_can_redrive(ucp_ep_h ep)
@@ -359,9 +361,11 @@ static unsigned ucp_failover_rndv_take_lanes(ucp_request_t *req,
     lanes = (proto == UCP_REQUEST_SEND_PROTO_RNDV_GET) ?
             config->rndv.get_zcopy.lanes : config->rndv.put_zcopy.lanes;
 
-    ucs_for_each_bit(i, req->send.rndv.lanes_map_all) {
+    /* every position of the current list: the request's own filter ran on
+     * the lanes of its first configuration */
+    for (i = 0; (i < UCP_MAX_LANES) && (lanes[i] != UCP_NULL_LANE); ++i) {
         lane = lanes[i];
-        if ((lane == UCP_NULL_LANE) || (used_lanes & UCS_BIT(lane)) ||
+        if ((used_lanes & UCS_BIT(lane)) ||
             ucp_failover_lane_is_failed(ep, lane)) {
             continue;
         }
@@ -400,8 +404,6 @@ static unsigned ucp_failover_rndv_take_lanes(ucp_request_t *req,
 void ucp_failover_rndv_relane(ucp_request_t *req, unsigned proto)
 {
     ucp_lane_map_t lanes_map_all = req->send.rndv.lanes_map_all;
-    ucp_lane_map_t lanes_avail   = req->send.lanes_map_avail;
-    uint8_t rkey_index[UCP_MAX_LANES];
 
     if (!(ucp_failover_ep(req->send.ep)->flags &
           UCP_FAILOVER_EP_FLAG_NEGOTIATED)) {
@@ -409,17 +411,10 @@ void ucp_failover_rndv_relane(ucp_request_t *req, unsigned proto)
         return;
     }
 
-    memcpy(rkey_index, req->send.rndv.rkey_index, sizeof(rkey_index));
-    if (ucp_failover_rndv_take_lanes(req, proto) == 0) {
-        /* keep the lanes it had: posting on them fails, and the restart
-         * that follows finds that no lane is left */
-        memcpy(req->send.rndv.rkey_index, rkey_index, sizeof(rkey_index));
-        req->send.rndv.lanes_map_all = lanes_map_all;
-        req->send.rndv.lanes_count   = ucs_popcount(lanes_map_all);
-        req->send.lanes_map_avail    = lanes_avail;
-        return;
-    }
-
+    /* no lane left cannot happen: the last rendezvous lane does not fail
+     * over (ucp_failover_lane_can_fail()); an empty map stops the request
+     * with UCP's own "no lane" error rather than post on stale lanes */
+    ucp_failover_rndv_take_lanes(req, proto);
     ucs_debug("req %p: rendezvous lanes map 0x%x -> 0x%x", req, lanes_map_all,
               req->send.rndv.lanes_map_all);
 }
@@ -469,6 +464,7 @@ int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto)
     ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
     uct_worker_cb_id_t prog_id     = UCS_CALLBACKQ_ID_NULL;
     ucp_failover_ranges_t ranges;
+    unsigned i;
 
     if ((redo == UCP_FAILOVER_REDO_GIVE_UP) || !ucp_failover_can_redrive(ep)) {
         goto no_restart;
@@ -486,9 +482,16 @@ int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto)
         }
     }
 
-    /* lost -> resend */
-    ucs_assert(redo->resend.count == 0);
-    ranges       = redo->resend;
+    /* lost -> resend; ranges not sent again yet (the request was cut short
+     * while sending them) are lost as well */
+    for (i = redo->resend_next; i < redo->resend.count; ++i) {
+        if (ucp_failover_ranges_add(&redo->lost, redo->resend.r[i].start,
+                                    redo->resend.r[i].end) != UCS_OK) {
+            goto no_restart;
+        }
+    }
+    redo->resend.count = 0;
+    ranges             = redo->resend;
     redo->resend = redo->lost;
     redo->lost   = ranges;
     redo->resend_next = 0;
