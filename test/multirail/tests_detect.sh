@@ -54,11 +54,19 @@ t_detect_no_false_positive() {
 # over (the window probes the peer answers keep the connection, whatever
 # TCP_USER_TIMEOUT says: measured on kernel 6.18), nothing may be lost.
 t_detect_stall() {
-    local secs=$1 role n
+    local secs=$1 role n side
     "$MR_BED" up --rails 2 --rate 500mbit
+    # the kernels' TCP counters, to tell which path aborted a connection
+    # if one was (docs/design.md, "A stalled receiver")
+    for side in a b; do "$MR_BED" exec "$side" nstat -n >/dev/null 2>&1; done
     mr_pair_start 2 $((secs + 6)) "$MR_FO_ENV" "$MR_FO_ENV" \
         --stall "$secs@2" || return 0
     mr_pair_wait "$MR_DIR"
+    for side in a b; do
+        "$MR_BED" exec "$side" nstat 2>/dev/null |
+            grep -E "Abort|Prune|RcvQDrop|Collapse|ZeroWindow|TCPTimeouts" \
+                >"$MR_DIR/nstat-$side.txt" || true
+    done
     mr_expect_clean "$MR_DIR"
     grep -q "stall_end" "$MR_DIR/server.out" ||
         mr_fail "the server did not stall"
