@@ -25,6 +25,8 @@
 #include <ucp/core/ucp_rkey.h>
 #include <ucp/core/ucp_worker.h>
 #include <ucp/rma/rma.h>
+#include <ucp/rndv/rndv.h>
+#include <ucs/datastruct/array.inl>
 #include <ucs/debug/log.h>
 
 
@@ -80,18 +82,18 @@ typedef struct {
 } ucp_failover_range_t;
 
 
-typedef struct {
-    ucp_failover_range_t *r;
-    unsigned             count;
-    unsigned             size;
-} ucp_failover_ranges_t;
+/* Sorted, disjoint ranges of a request */
+UCS_ARRAY_DEFINE_INLINE(ucp_failover_ranges, unsigned, ucp_failover_range_t);
 
 
 struct ucp_failover_rndv_redo {
-    ucp_failover_ranges_t lost;   /* failed since the last restart */
-    ucp_failover_ranges_t resend; /* being sent again, from resend_next */
-    unsigned              resend_next;
-    unsigned              proto;  /* UCP_REQUEST_SEND_PROTO_RNDV_GET/PUT */
+    ucs_array_t(ucp_failover_ranges) lost;   /* failed since the last
+                                                restart */
+    ucs_array_t(ucp_failover_ranges) resend; /* being sent again, from
+                                                resend_next */
+    unsigned                         resend_next;
+    unsigned                         proto;  /* UCP_REQUEST_SEND_PROTO_RNDV_
+                                                GET/PUT */
 };
 
 
@@ -103,57 +105,53 @@ typedef struct {
 } ucp_failover_rndv_frag_t;
 
 
-/* Add [start, end) to a sorted list of disjoint ranges, merging neighbours */
-static ucs_status_t ucp_failover_ranges_add(ucp_failover_ranges_t *ranges,
-                                            size_t start, size_t end)
+/* Add [start, end) to sorted, disjoint ranges, merging neighbours */
+static ucs_status_t
+ucp_failover_ranges_add(ucs_array_t(ucp_failover_ranges) *ranges, size_t start,
+                        size_t end)
 {
+    unsigned count = ucs_array_length(ranges);
     ucp_failover_range_t *r;
-    unsigned i, j, size;
+    ucs_status_t status;
+    unsigned i, j;
 
     ucs_assert(start < end);
-    for (i = 0; (i < ranges->count) && (ranges->r[i].end < start); ++i) {
+    for (i = 0; (i < count) && (ucs_array_elem(ranges, i).end < start); ++i) {
     }
 
-    if ((i < ranges->count) && (ranges->r[i].start <= end)) {
+    r = ucs_array_begin(ranges);
+    if ((i < count) && (r[i].start <= end)) {
         /* overlaps or touches r[i] (and maybe the ones after it) */
-        ranges->r[i].start = ucs_min(ranges->r[i].start, start);
-        ranges->r[i].end   = ucs_max(ranges->r[i].end, end);
-        for (j = i + 1; (j < ranges->count) &&
-                        (ranges->r[j].start <= ranges->r[i].end); ++j) {
-            ranges->r[i].end = ucs_max(ranges->r[i].end, ranges->r[j].end);
+        r[i].start = ucs_min(r[i].start, start);
+        r[i].end   = ucs_max(r[i].end, end);
+        for (j = i + 1; (j < count) && (r[j].start <= r[i].end); ++j) {
+            r[i].end = ucs_max(r[i].end, r[j].end);
         }
-        memmove(&ranges->r[i + 1], &ranges->r[j],
-                (ranges->count - j) * sizeof(*ranges->r));
-        ranges->count -= j - (i + 1);
+        memmove(&r[i + 1], &r[j], (count - j) * sizeof(*r));
+        ucs_array_set_length(ranges, count - (j - (i + 1)));
         return UCS_OK;
     }
 
-    if (ranges->count == ranges->size) {
-        size = ucs_max(4, ranges->size * 2);
-        r    = ucs_realloc(ranges->r, size * sizeof(*r), "failover ranges");
-        if (r == NULL) {
-            return UCS_ERR_NO_MEMORY;
-        }
-        ranges->r    = r;
-        ranges->size = size;
+    status = ucs_array_append(ucp_failover_ranges, ranges);
+    if (status != UCS_OK) {
+        return status;
     }
 
-    memmove(&ranges->r[i + 1], &ranges->r[i],
-            (ranges->count - i) * sizeof(*ranges->r));
-    ranges->r[i].start = start;
-    ranges->r[i].end   = end;
-    ++ranges->count;
+    r = ucs_array_begin(ranges);
+    memmove(&r[i + 1], &r[i], (count - i) * sizeof(*r));
+    r[i].start = start;
+    r[i].end   = end;
     return UCS_OK;
 }
 
-static size_t ucp_failover_ranges_bytes(const ucp_failover_ranges_t *ranges,
-                                        unsigned first)
+static size_t
+ucp_failover_ranges_bytes(const ucs_array_t(ucp_failover_ranges) *ranges)
 {
+    const ucp_failover_range_t *r;
     size_t bytes = 0;
-    unsigned i;
 
-    for (i = first; i < ranges->count; ++i) {
-        bytes += ranges->r[i].end - ranges->r[i].start;
+    ucs_array_for_each(r, ranges) {
+        bytes += r->end - r->start;
     }
     return bytes;
 }
@@ -163,8 +161,8 @@ static void ucp_failover_rndv_redo_release(ucp_request_t *req)
     ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
 
     if (UCP_FAILOVER_REDO_IS_STATE(redo)) {
-        ucs_free(redo->lost.r);
-        ucs_free(redo->resend.r);
+        ucs_array_cleanup_dynamic(&redo->lost);
+        ucs_array_cleanup_dynamic(&redo->resend);
         ucs_free(redo);
     }
     req->send.rndv.fo_redo = NULL;
@@ -177,10 +175,10 @@ ucp_failover_rndv_resend_range(ucp_request_t *req)
     ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
 
     if (!UCP_FAILOVER_REDO_IS_STATE(redo) ||
-        (redo->resend_next >= redo->resend.count)) {
+        (redo->resend_next >= ucs_array_length(&redo->resend))) {
         return NULL;
     }
-    return &redo->resend.r[redo->resend_next];
+    return &ucs_array_elem(&redo->resend, redo->resend_next);
 }
 
 /* [start, end) of the request must be sent again */
@@ -263,9 +261,7 @@ void ucp_failover_rndv_frag_posted(ucp_request_t *req, uct_completion_t *comp,
                                    ucs_status_t status)
 {
     ucp_failover_rndv_frag_t *frag;
-    ucp_failover_rndv_redo_t *redo;
     ucp_failover_range_t *range;
-    unsigned i;
 
     if ((comp == &req->send.state.uct_comp) || (status == UCS_INPROGRESS)) {
         return;
@@ -273,26 +269,13 @@ void ucp_failover_rndv_frag_posted(ucp_request_t *req, uct_completion_t *comp,
 
     frag = ucs_container_of(comp, ucp_failover_rndv_frag_t, comp);
     if (UCS_STATUS_IS_ERR(status) && (status != UCS_ERR_NO_RESOURCE)) {
-        /* UCP skips the rest of the request: all of it is lost */
+        /* UCP skips the rest of the request: all of it is lost; of ranges
+         * being sent again, the restart takes what is left of them */
         range = ucp_failover_rndv_resend_range(req);
         if (range == NULL) {
             ucp_failover_rndv_lost(req, frag->offset, req->send.length);
         } else {
-            redo   = req->send.rndv.fo_redo;
-            status = ucp_failover_ranges_add(&redo->lost, frag->offset,
-                                             range->end);
-            for (i = redo->resend_next + 1;
-                 (i < redo->resend.count) && (status == UCS_OK); ++i) {
-                status = ucp_failover_ranges_add(&redo->lost,
-                                                 redo->resend.r[i].start,
-                                                 redo->resend.r[i].end);
-            }
-            redo->resend.count = 0;
-            redo->resend_next  = 0;
-            if (status != UCS_OK) {
-                ucp_failover_rndv_redo_release(req);
-                req->send.rndv.fo_redo = UCP_FAILOVER_REDO_ALL;
-            }
+            range->start = frag->offset;
         }
     }
     ucs_free(frag);
@@ -323,82 +306,35 @@ void ucp_failover_rndv_frag_next(ucp_request_t *req)
     }
 
     redo = req->send.rndv.fo_redo;
-    if (++redo->resend_next < redo->resend.count) {
-        req->send.state.dt.offset = redo->resend.r[redo->resend_next].start;
+    if (++redo->resend_next < ucs_array_length(&redo->resend)) {
+        req->send.state.dt.offset =
+                ucs_array_elem(&redo->resend, redo->resend_next).start;
         return;
     }
 
     /* all sent again */
     req->send.state.dt.offset = req->send.length;
-    redo->resend.count        = 0;
-    redo->resend_next         = 0;
-    if (redo->lost.count == 0) {
+    ucs_array_set_length(&redo->resend, 0);
+    redo->resend_next = 0;
+    if (ucs_array_is_empty(&redo->lost)) {
         ucp_failover_rndv_redo_release(req);
     }
 }
 
 /*
- * Take the request's lanes again from the endpoint's current configuration:
- * a position of the rendezvous lane list whose lane failed now names a
- * surviving lane, which may need another of the remote key's transport keys
- * (another memory domain). Returns the number of lanes.
+ * Take the request's lanes again from the endpoint's current configuration,
+ * as UCP chose them for a new request: a position of the rendezvous lane
+ * list whose lane failed now names a surviving lane, which may need another
+ * of the remote key's transport keys (another memory domain). UCP's lane
+ * choice resets the ranges to send again, which are kept.
  */
-static unsigned ucp_failover_rndv_take_lanes(ucp_request_t *req,
-                                             unsigned proto)
+static void ucp_failover_rndv_take_lanes(ucp_request_t *req, unsigned proto)
 {
-    ucp_ep_h ep             = req->send.ep;
-    ucp_ep_config_t *config = ucp_ep_config(ep);
-    ucp_context_h context   = ep->worker->context;
-    ucp_rkey_h rkey         = req->send.rndv.rkey;
-    ucp_lane_map_t lane_map = 0;
-    uint64_t used_lanes     = 0;
-    const ucp_lane_index_t *lanes;
-    const uct_md_attr_t *md_attr;
-    ucp_md_index_t md_index, dst_md_index;
-    ucp_lane_index_t lane;
-    unsigned i;
+    ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
 
-    lanes = (proto == UCP_REQUEST_SEND_PROTO_RNDV_GET) ?
-            config->rndv.get_zcopy.lanes : config->rndv.put_zcopy.lanes;
-
-    /* every position of the current list: the request's own filter ran on
-     * the lanes of its first configuration */
-    for (i = 0; (i < UCP_MAX_LANES) && (lanes[i] != UCP_NULL_LANE); ++i) {
-        lane = lanes[i];
-        if ((used_lanes & UCS_BIT(lane)) ||
-            ucp_failover_lane_is_failed(ep, lane)) {
-            continue;
-        }
-
-        md_index = config->md_index[lane];
-        md_attr  = (md_index == UCP_NULL_RESOURCE) ? NULL :
-                   &context->tl_mds[md_index].attr;
-        if ((md_attr != NULL) && !UCP_MEM_IS_HOST(req->send.mem_type) &&
-            !(md_attr->cap.reg_mem_types & UCS_BIT(req->send.mem_type))) {
-            continue;
-        }
-
-        if ((md_attr != NULL) &&
-            !(md_attr->cap.flags & UCT_MD_FLAG_NEED_RKEY)) {
-            req->send.rndv.rkey_index[i] = UCP_NULL_RESOURCE;
-        } else {
-            dst_md_index = config->key.lanes[lane].dst_md_index;
-            if ((rkey == NULL) || !(rkey->md_map & UCS_BIT(dst_md_index))) {
-                continue;
-            }
-            req->send.rndv.rkey_index[i] = ucs_bitmap2idx(rkey->md_map,
-                                                          dst_md_index);
-        }
-
-        lane_map   |= UCS_BIT(i);
-        used_lanes |= UCS_BIT(lane);
-    }
-
-    req->send.rndv.lanes_map_all = lane_map;
-    req->send.rndv.lanes_count   = ucs_popcount(lane_map);
-    req->send.rndv.fo_cfg_index  = ep->cfg_index;
-    req->send.lanes_map_avail    = lane_map;
-    return req->send.rndv.lanes_count;
+    ucp_rndv_req_init_zcopy_lane_map(req, req->send.mem_type,
+                                     req->send.length, proto);
+    req->send.rndv.fo_redo = redo;
 }
 
 void ucp_failover_rndv_relane(ucp_request_t *req, unsigned proto)
@@ -434,7 +370,8 @@ static unsigned ucp_failover_rndv_restart_progress(void *arg)
         goto err;
     }
 
-    if (ucp_failover_rndv_take_lanes(req, redo->proto) == 0) {
+    ucp_failover_rndv_take_lanes(req, redo->proto);
+    if (req->send.rndv.lanes_map_all == 0) {
         ucs_diag("req %p: ep %p has no lane left for the rendezvous data "
                  "transfer", req, ep);
         status = UCS_ERR_UNREACHABLE;
@@ -443,7 +380,7 @@ static unsigned ucp_failover_rndv_restart_progress(void *arg)
 
     ucs_debug("req %p: ep %p sending %zu of %zu rendezvous bytes again on "
               "lanes map 0x%x", req, ep,
-              ucp_failover_ranges_bytes(&redo->resend, 0), req->send.length,
+              ucp_failover_ranges_bytes(&redo->resend), req->send.length,
               req->send.rndv.lanes_map_all);
     ucp_request_send(req);
     return 1;
@@ -463,7 +400,8 @@ int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto)
     ucp_failover_ep_t *fo          = ucp_failover_ep(ep);
     ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
     uct_worker_cb_id_t prog_id     = UCS_CALLBACKQ_ID_NULL;
-    ucp_failover_ranges_t ranges;
+    ucs_array_t(ucp_failover_ranges) ranges;
+    ucp_failover_range_t *range;
     unsigned i;
 
     if ((redo == UCP_FAILOVER_REDO_GIVE_UP) || !ucp_failover_can_redrive(ep)) {
@@ -471,7 +409,24 @@ int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto)
     }
 
     ucs_assert(req->send.state.uct_comp.count == 0);
-    if (!UCP_FAILOVER_REDO_IS_STATE(redo) || (redo->lost.count == 0) ||
+    if (UCP_FAILOVER_REDO_IS_STATE(redo)) {
+        /* what is left of the ranges being sent again (the request was cut
+         * short while sending them) is lost as well */
+        for (i = redo->resend_next; i < ucs_array_length(&redo->resend);
+             ++i) {
+            range = &ucs_array_elem(&redo->resend, i);
+            if ((range->start < range->end) &&
+                (ucp_failover_ranges_add(&redo->lost, range->start,
+                                         range->end) != UCS_OK)) {
+                ucp_failover_rndv_redo_release(req);
+                req->send.rndv.fo_redo = redo = UCP_FAILOVER_REDO_ALL;
+                break;
+            }
+        }
+    }
+
+    if (!UCP_FAILOVER_REDO_IS_STATE(redo) ||
+        ucs_array_is_empty(&redo->lost) ||
         !UCP_DT_IS_CONTIG(req->send.datatype)) {
         /* which ranges were lost is not known: all of them */
         ucp_failover_rndv_redo_release(req);
@@ -482,32 +437,24 @@ int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto)
         }
     }
 
-    /* lost -> resend; ranges not sent again yet (the request was cut short
-     * while sending them) are lost as well */
-    for (i = redo->resend_next; i < redo->resend.count; ++i) {
-        if (ucp_failover_ranges_add(&redo->lost, redo->resend.r[i].start,
-                                    redo->resend.r[i].end) != UCS_OK) {
-            goto no_restart;
-        }
-    }
-    redo->resend.count = 0;
-    ranges             = redo->resend;
-    redo->resend = redo->lost;
-    redo->lost   = ranges;
+    /* lost -> resend */
+    ranges            = redo->resend;
+    redo->resend      = redo->lost;
+    redo->lost        = ranges;
     redo->resend_next = 0;
     redo->proto       = proto;
+    ucs_array_set_length(&redo->lost, 0);
 
     ucs_debug("req %p: ep %p rendezvous data transfer failed (%s), restart "
               "%u: %u range(s), %zu of %zu bytes",
               req, ep, ucs_status_string(req->send.state.uct_comp.status),
-              fo->num_restarts, redo->resend.count,
-              ucp_failover_ranges_bytes(&redo->resend, 0), req->send.length);
+              fo->num_restarts, ucs_array_length(&redo->resend),
+              ucp_failover_ranges_bytes(&redo->resend), req->send.length);
 
     ++fo->num_restarts;
     ++fo->num_redriven;
-    fo->redriven_bytes             += ucp_failover_ranges_bytes(&redo->resend,
-                                                                0);
-    req->send.state.dt.offset       = redo->resend.r[0].start;
+    fo->redriven_bytes             += ucp_failover_ranges_bytes(&redo->resend);
+    req->send.state.dt.offset       = ucs_array_elem(&redo->resend, 0).start;
     req->send.state.uct_comp.status = UCS_OK;
     req->send.pending_lane          = UCP_NULL_LANE;
 
