@@ -49,18 +49,21 @@ t_detect_no_false_positive() {
 }
 
 # t_detect_stall SECS: the server makes no UCP call for SECS seconds in the
-# middle of the traffic (a compute phase): its sockets fill up and the
-# client's connections see a zero window for that long. No lane may fail
-# over (the window probes the peer answers keep the connection, whatever
-# TCP_USER_TIMEOUT says: measured on kernel 6.18), nothing may be lost.
+# middle of the traffic (a compute phase) while the client sends eager
+# messages: the server's sockets fill and the client's connections wait on a
+# closed window for that long. Linux aborts such a connection once
+# TCP_USER_TIMEOUT has passed, even while the peer answers the window probes,
+# unless the transport's zero-window guard takes the option off
+# (docs/design.md, "A stalled receiver"). No lane may fail over, nothing may
+# be lost, and the windows must really have closed (the server's kernel
+# counts zero-window advertisements; a fixed 64 KiB receive buffer makes it
+# certain) with the guard acting on the client.
 t_detect_stall() {
-    local secs=$1 role n side
+    local secs=$1 role n side zw
     "$MR_BED" up --rails 2 --rate 500mbit
-    # the kernels' TCP counters, to tell which path aborted a connection
-    # if one was (docs/design.md, "A stalled receiver")
     for side in a b; do "$MR_BED" exec "$side" nstat -n >/dev/null 2>&1; done
-    mr_pair_start 2 $((secs + 6)) "$MR_FO_ENV" "$MR_FO_ENV" \
-        --stall "$secs@2" || return 0
+    mr_pair_start 2 $((secs + 6)) "$MR_FO_ENV UCX_TCP_RCVBUF=64k" "$MR_FO_ENV" \
+        --apis stream,tag,am --sizes 8k,64k --stall "$secs@2" || return 0
     mr_pair_wait "$MR_DIR"
     for side in a b; do
         "$MR_BED" exec "$side" nstat 2>/dev/null |
@@ -74,7 +77,15 @@ t_detect_stall() {
         n=$(mr_count_running "$MR_DIR/$role.out" "failed \\(")
         mr_expect_eq "$role lane failovers around the stall" 0 "$n"
     done
-    mr_note+=" stall=${secs}s"
+    n=$(awk '$1 == "TcpExtTCPToZeroWindowAdv" { print $2 }' \
+            "$MR_DIR/nstat-b.txt")
+    [ "${n:-0}" -gt 0 ] ||
+        mr_fail "the server never advertised a zero window"
+    zw=$(sed -n 's/.*closed window suspended TCP_USER_TIMEOUT \([0-9]*\).*/\1/p' \
+             "$MR_DIR/client.out" | awk '{ s += $1 } END { print s + 0 }')
+    [ "$zw" -gt 0 ] ||
+        mr_fail "the client's zero-window guard never acted"
+    mr_note+=" stall=${secs}s zero_window_adv=${n:-0} guard_suspended=$zw"
 }
 
 # The am lane's rail dies (no failover for it until issue 4): the endpoint
@@ -192,6 +203,7 @@ mr_detect_all() {
         peer busy
     mr_run_test detect_no_false_positive_loaded t_detect_no_false_positive 20
     mr_run_test detect_no_false_positive_receiver_stall t_detect_stall 3
+    mr_run_test detect_no_false_positive_receiver_stall_long t_detect_stall 8
     mr_run_test detect_asleep_blackhole_r1 t_detect_asleep blackhole both \
         sockaddr peer
     mr_run_test detect_asleep_linkdown_r1_address_none t_detect_asleep down b \

@@ -2146,6 +2146,37 @@ UCS_TEST_P(test_ucp_multirail_detect, failed_lane_verifies_its_rail,
     EXPECT_EQ(0u, m_err_count);
 }
 
+/* The least TCP_USER_TIMEOUT (ms) over the connected TCP lanes of @a ep */
+static unsigned min_lane_user_timeout(ucp_ep_h ep)
+{
+    unsigned min_value = UINT_MAX;
+
+    for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+        uct_ep_h uct_ep = ep->uct_eps[lane];
+        unsigned value  = 0;
+        socklen_t len   = sizeof(value);
+
+        if ((lane == ucp_ep_get_cm_lane(ep)) || (uct_ep == NULL)) {
+            continue;
+        }
+
+        if (ucp_failover_seq_ep_test(uct_ep)) {
+            uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
+        }
+
+        if ((uct_ep == NULL) || ucp_wireup_ep_test(uct_ep) ||
+            ucp_proxy_ep_test(uct_ep) ||
+            (getsockopt(ucs_derived_of(uct_ep, uct_tcp_ep_t)->fd, IPPROTO_TCP,
+                        TCP_USER_TIMEOUT, &value, &len) != 0)) {
+            continue;
+        }
+
+        min_value = std::min(min_value, value);
+    }
+
+    return min_value;
+}
+
 /* TCP connections of a failover endpoint carry a retransmission timeout
  * floor of a third of UCX_MULTIRAIL_PROBE_TIMEOUT (50-200 ms) and a
  * TCP_USER_TIMEOUT of two thirds of it less that floor (>= 100 ms) */
@@ -2194,6 +2225,84 @@ UCS_TEST_P(test_ucp_multirail_detect_user_tmo, user_value_kept)
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect_user_tmo, tcp, "tcp")
+
+
+/* A receiver with a small fixed TCP receive buffer: its windows close soon
+ * after it stops reading */
+class test_ucp_multirail_detect_stall : public test_ucp_multirail_detect {
+public:
+    test_ucp_multirail_detect_stall()
+    {
+        modify_config("TCP_RCVBUF", "64k", SETENV_IF_NOT_EXIST);
+    }
+};
+
+/* A receiver that makes no UCP call for a while (a compute phase) lets its
+ * TCP receive windows close while eager messages keep coming. Linux aborts a
+ * connection that waits on a closed window for longer than TCP_USER_TIMEOUT
+ * (~0.6 s here), even though the peer answers its window probes; the
+ * transport's zero-window guard takes the option off such a connection, so
+ * no lane fails, and puts it back once the receiver reads again. */
+UCS_TEST_P(test_ucp_multirail_detect_stall, receiver_stall_keeps_lanes,
+           "RNDV_THRESH=inf")
+{
+    const size_t size = 8192, count = 4096;
+    std::vector<char> sbuf(size * count), rbuf(size * count, 0);
+    std::vector<void*> reqs;
+    ucp_request_param_t param = {};
+    ucs_time_t end;
+    size_t posted = 0;
+    unsigned stalled_timeout;
+
+    for (size_t i = 0; i < sbuf.size(); ++i) {
+        sbuf[i] = (char)((i / size) * 7 + i);
+    }
+
+    /* 1.5 s of sending, 16 messages in flight, with the receiver not
+     * progressing */
+    end = ucs_get_time() + ucs_time_from_sec(1.5);
+    while (ucs_get_time() < end) {
+        while (!reqs.empty() &&
+               (ucp_request_check_status(reqs.front()) != UCS_INPROGRESS)) {
+            ASSERT_UCS_OK(ucp_request_check_status(reqs.front()));
+            ucp_request_free(reqs.front());
+            reqs.erase(reqs.begin());
+        }
+        if ((posted < count) && (reqs.size() < 16)) {
+            void *req = ucp_tag_send_nbx(sender().ep(), &sbuf[posted * size],
+                                         size, posted, &param);
+            ASSERT_FALSE(UCS_PTR_IS_ERR(req));
+            if (req != NULL) {
+                reqs.push_back(req);
+            }
+            ++posted;
+        }
+        ucp_worker_progress(sender().worker());
+    }
+
+    stalled_timeout = min_lane_user_timeout(sender().ep());
+    EXPECT_EQ(0u, num_failed(sender().ep()));
+    EXPECT_LT(posted * size, sbuf.size()) << "the windows did not close";
+
+    for (size_t i = 0; i < posted; ++i) {
+        reqs.push_back(ucp_tag_recv_nbx(receiver().worker(), &rbuf[i * size],
+                                        size, i, (ucp_tag_t)-1, &param));
+    }
+    ASSERT_UCS_OK(requests_wait(reqs));
+    EXPECT_TRUE(std::equal(sbuf.begin(), sbuf.begin() + (posted * size),
+                           rbuf.begin()));
+
+    /* the guard took the option off while the window was closed, and puts
+     * it back (its timer ticks every 50 ms) now that nothing waits */
+    EXPECT_EQ(0u, stalled_timeout);
+    progress_for(0.3);
+    EXPECT_EQ(100u, min_lane_user_timeout(sender().ep()));
+    EXPECT_EQ(0u, num_failed(sender().ep()));
+    EXPECT_EQ(0u, num_failed(receiver().ep()));
+    EXPECT_EQ(0u, m_err_count);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_detect_stall, tcp, "tcp")
 
 
 /*
