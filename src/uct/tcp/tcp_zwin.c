@@ -54,6 +54,8 @@ struct uct_tcp_zwin {
     ucs_async_context_t *async;
     int                  timer_id;
     int                  user_timeout_ms;
+    ucs_time_t           tick;
+    ucs_time_t           next_sweep;
     uct_tcp_zwin_conn_t *conns;
     unsigned             count;
     unsigned             capacity;
@@ -136,9 +138,13 @@ static int uct_tcp_zwin_keep(uct_tcp_zwin_t *zwin, const struct tcp_info *info,
         return info->tcpi_last_ack_recv <= zwin->user_timeout_ms;
     }
 
-    interval_ms   = ucs_max(info->tcpi_rto / 1000, UCT_TCP_ZWIN_PROBE_MIN_MS);
-    interval_ms <<= ucs_min(info->tcpi_backoff, 10);
-    interval_ms   = ucs_min(interval_ms, UCT_TCP_ZWIN_PROBE_MAX_MS);
+    /* a retransmission doubles the RTO itself (and counts the backoff), a
+     * window probe shifts the RTO by the backoff */
+    interval_ms = ucs_max(info->tcpi_rto / 1000, UCT_TCP_ZWIN_PROBE_MIN_MS);
+    if (info->tcpi_unacked == 0) {
+        interval_ms <<= ucs_min(info->tcpi_backoff, 10);
+    }
+    interval_ms = ucs_min(interval_ms, UCT_TCP_ZWIN_PROBE_MAX_MS);
     return info->tcpi_last_ack_recv <=
            ((2 * interval_ms) + zwin->user_timeout_ms);
 }
@@ -147,11 +153,16 @@ static void uct_tcp_zwin_check(uct_tcp_zwin_t *zwin, uct_tcp_zwin_conn_t *conn)
 {
     struct tcp_info info;
     socklen_t len = sizeof(info);
+    int keep;
 
     memset(&info, 0, sizeof(info));
-    if ((getsockopt(conn->fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) ||
-        (info.tcpi_state != UCT_TCP_ZWIN_ESTABLISHED) ||
-        (conn->cleared == uct_tcp_zwin_keep(zwin, &info, len))) {
+    if (getsockopt(conn->fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) {
+        return;
+    }
+
+    keep = (info.tcpi_state == UCT_TCP_ZWIN_ESTABLISHED) &&
+           uct_tcp_zwin_keep(zwin, &info, len);
+    if (conn->cleared == keep) {
         return;
     }
 
@@ -167,9 +178,17 @@ static void uct_tcp_zwin_check(uct_tcp_zwin_t *zwin, uct_tcp_zwin_conn_t *conn)
 static void uct_tcp_zwin_timer(int id, ucs_event_set_types_t events, void *arg)
 {
     uct_tcp_zwin_t *zwin = arg;
+    ucs_time_t now;
     unsigned i;
 
-    /* runs with the async context blocked, as add and remove do */
+    /* runs with the async context blocked, as add and remove do; in poll
+     * mode a timer fires on every poll, so keep to the tick */
+    now = ucs_get_time();
+    if (now < zwin->next_sweep) {
+        return;
+    }
+
+    zwin->next_sweep = now + zwin->tick;
     for (i = 0; i < zwin->count; ++i) {
         uct_tcp_zwin_check(zwin, &zwin->conns[i]);
     }
@@ -195,9 +214,11 @@ ucs_status_t uct_tcp_zwin_create(ucs_async_context_t *async,
     tick_ms = ucs_min(ucs_max(zwin->user_timeout_ms / 2.0,
                               UCT_TCP_ZWIN_TICK_MIN_MS),
                       UCT_TCP_ZWIN_TICK_MAX_MS);
-    status  = ucs_async_add_timer(async->mode, ucs_time_from_msec(tick_ms),
-                                  uct_tcp_zwin_timer, zwin, async,
-                                  &zwin->timer_id);
+    /* a timer may fire a little early: sweep at 90 % of the tick or later */
+    zwin->tick = ucs_time_from_msec(tick_ms * 0.9);
+    status     = ucs_async_add_timer(async->mode, ucs_time_from_msec(tick_ms),
+                                     uct_tcp_zwin_timer, zwin, async,
+                                     &zwin->timer_id);
     if (status != UCS_OK) {
         ucs_free(zwin);
         return status;
