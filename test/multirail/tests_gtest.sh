@@ -55,6 +55,7 @@ mr_gtest_devorder() {
        ! [[ gtest_lane_traffic == $MR_FILTER ]] &&
        ! [[ gtest_lane_wireup == $MR_FILTER ]] &&
        ! [[ gtest_lane_am_steps == $MR_FILTER ]] &&
+       ! [[ gtest_lane_three == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_failed_in_rx == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_canceled_rx == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_reuse_conn_fail == $MR_FILTER ]]; then
@@ -99,6 +100,9 @@ mr_gtest_devorder() {
         mr_gtest lane_detect 'tcp/test_ucp_multirail_detect*' "$ns"
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_recover 'tcp/test_ucp_multirail_recover*' "$ns"
+    # two failures in a row need a third lane
+    UCX_NET_DEVICES=d0x,d1x,d2x \
+        mr_gtest lane_three 'tcp/test_ucp_multirail_three.*' "$ns"
     ip netns del "$ns"
 }
 

@@ -197,6 +197,14 @@ void ucp_failover_wire_send(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
 void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane);
 
 
+/**
+ * After the am lane moved: tell the peer again that each of @a lanes failed,
+ * except those being recovered (a LANE_DOWN sent before may have been lost
+ * with the old am lane).
+ */
+void ucp_failover_wire_lane_down_again(ucp_ep_h ep, ucp_lane_map_t lanes);
+
+
 enum {
     UCP_FAILOVER_ATTEMPT_SEND_REQ = UCS_BIT(0), /* a LANE_UP_REQ is due */
     UCP_FAILOVER_ATTEMPT_SEND_ACK = UCS_BIT(1), /* a LANE_UP_ACK is due */

@@ -468,6 +468,11 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
         ucp_failover_wire_lane_down(ep, lane);
     }
 
+    if (lane == am_lane) {
+        ucp_failover_wire_lane_down_again(ep,
+                                          fo->failed_lanes & ~UCS_BIT(lane));
+    }
+
     /* Other endpoints to the peer over the same rail share its path */
     ucp_failover_probe_rail(ep, rsc_index);
     return UCS_OK;

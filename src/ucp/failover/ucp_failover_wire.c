@@ -184,6 +184,24 @@ void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
     ucp_failover_wire_send(ep, lane, UCP_FAILOVER_MSG_LANE_DOWN, 0, NULL, 0);
 }
 
+void ucp_failover_wire_lane_down_again(ucp_ep_h ep, ucp_lane_map_t lanes)
+{
+    ucp_lane_index_t lane;
+
+    /* LANE_DOWN is not sequenced: one sent on the am lane that just failed
+     * may have been lost with it. Say it again on the new am lane for every
+     * lane this side holds failed, unless an attempt to bring it back is
+     * under way (the peer's lane may be coming back with it); a peer that
+     * failed the lane already ignores it. */
+    ucs_for_each_bit(lane, lanes) {
+        if (!ucp_failover_recover_in_flight(ep, lane)) {
+            ucs_debug("ep %p: LANE_DOWN for lane[%d] again on the new am "
+                      "lane", ep, lane);
+            ucp_failover_wire_lane_down(ep, lane);
+        }
+    }
+}
+
 /*
  * Which of our lanes the peer means: its index in our numbering if the peer
  * knows it, else the inverse of the lane map wireup computed on our side.

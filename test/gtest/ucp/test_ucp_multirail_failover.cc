@@ -2644,3 +2644,122 @@ UCS_TEST_P(test_ucp_multirail_recover, configs_interned)
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_recover, tcp, "tcp")
+
+
+/*
+ * Three rails: an endpoint has lanes to spare for two failures.
+ */
+class test_ucp_multirail_three : public test_ucp_multirail_failover {
+public:
+    test_ucp_multirail_three()
+    {
+        modify_config("MAX_EAGER_RAILS", "3");
+        modify_config("MAX_RNDV_RAILS", "3");
+    }
+
+    static unsigned s_lane_down_seen[UCP_MAX_LANES];
+
+protected:
+    /* counts the LANE_DOWN messages by the sender's lane index, then hands
+     * the message to UCP's own handler */
+    static ucs_status_t
+    spy_failover_am(void *arg, void *data, size_t length, unsigned flags)
+    {
+        const ucp_failover_msg_t *msg = (const ucp_failover_msg_t*)
+                UCS_PTR_BYTE_OFFSET(data, sizeof(uint64_t));
+
+        if ((length >= (sizeof(uint64_t) + sizeof(*msg))) &&
+            (msg->type == UCP_FAILOVER_MSG_LANE_DOWN) &&
+            (msg->sender_lane < UCP_MAX_LANES)) {
+            ++s_lane_down_seen[msg->sender_lane];
+        }
+
+        return ucp_am_handlers[UCP_AM_ID_FAILOVER]->cb(arg, data, length,
+                                                        flags);
+    }
+
+    void spy_lane_down(entity &e)
+    {
+        ucp_worker_h worker = e.worker();
+
+        memset(s_lane_down_seen, 0, sizeof(s_lane_down_seen));
+        for (ucp_rsc_index_t j = 0; j < worker->num_ifaces; ++j) {
+            ASSERT_UCS_OK(uct_iface_set_am_handler(
+                    worker->ifaces[j]->iface, UCP_AM_ID_FAILOVER,
+                    spy_failover_am, worker,
+                    ucp_am_handlers[UCP_AM_ID_FAILOVER]->flags));
+        }
+    }
+
+    /* read and drop what waits unread in @a e's am lane socket */
+    size_t drop_unread_am(entity &e)
+    {
+        uct_ep_h uct_ep = e.ep()->uct_eps[ucp_ep_get_am_lane(e.ep())];
+        size_t dropped  = 0;
+        char buf[4096];
+        ssize_t ret;
+
+        if (ucp_failover_seq_ep_test(uct_ep)) {
+            uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
+        }
+
+        usleep(10000); /* the writer's bytes reach the socket */
+        while ((ret = ::recv(ucs_derived_of(uct_ep, uct_tcp_ep_t)->fd, buf,
+                             sizeof(buf), MSG_DONTWAIT)) > 0) {
+            dropped += ret;
+        }
+        return dropped;
+    }
+};
+
+unsigned test_ucp_multirail_three::s_lane_down_seen[UCP_MAX_LANES];
+
+/*
+ * LANE_DOWN is not sequenced: one lost with the am lane that carried it is
+ * said again on the new am lane. The sender fails a data lane, its LANE_DOWN
+ * waits unread in the receiver's am lane socket and is dropped there (lost
+ * with the lane), then the sender's am lane fails: the receiver must get a
+ * LANE_DOWN for the data lane over the new am lane. (Its own side of the
+ * data lane closes too, so counting its failed lanes would not tell.)
+ */
+UCS_TEST_P(test_ucp_multirail_three, lane_down_said_again_after_am_lane_loss)
+{
+    ucp_ep_h ep              = sender().ep();
+    ucp_lane_index_t am_lane = ucp_ep_get_am_lane(ep);
+    ucp_lane_index_t lane    = data_lane(ep);
+    ucs_time_t end;
+
+    if ((ucp_ep_num_lanes(ep) - ((ucp_ep_get_cm_lane(ep) == UCP_NULL_LANE) ?
+                                         0 : 1)) < 3) {
+        UCS_TEST_SKIP_R("fewer than three lanes");
+    }
+
+    exchange(8, 2);
+    spy_lane_down(receiver());
+
+    /* the data lane fails on the sender alone; its LANE_DOWN is written to
+     * the am lane but not read */
+    fail_lane(sender(), lane);
+    end = ucs_get_time() + ucs_time_from_msec(50);
+    while (ucs_get_time() < end) {
+        ucp_worker_progress(sender().worker());
+    }
+    ASSERT_EQ(1u, num_failed(sender().ep()));
+    ASSERT_GT(drop_unread_am(receiver()), 0u) << "no LANE_DOWN in flight";
+    EXPECT_EQ(0u, s_lane_down_seen[lane]);
+
+    /* now the am lane fails too */
+    fail_lane(sender(), am_lane);
+    wait_peer_failed(receiver(), 2);
+    end = ucs_get_time() + ucs_time_from_msec(100);
+    while (ucs_get_time() < end) {
+        progress();
+    }
+
+    EXPECT_GE(s_lane_down_seen[lane], 1u) << "lane[" << int(lane) << "]";
+    exchange(8, 4);
+    exchange(1 << 20, 1);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_three, tcp, "tcp")
