@@ -36,6 +36,8 @@ mr_server_start() {
     shift 2
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
     [ "${1:-}" = -- ] && shift
+    # a previous run's LISTENING line must not pass for this one's
+    rm -f "$dir/server.out"
     # shellcheck disable=SC2046
     env $(mr_ucx_env "$rails") "${envs[@]}" \
         timeout -k 5 "${MR_TIMEOUT:-120}" "$MR_BED" exec b "$MR_CHECK" \
