@@ -11,6 +11,7 @@
 #include "tcp_zwin.h"
 
 #include <ucs/async/async.h>
+#include <ucs/datastruct/array.inl>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
 #include <ucs/sys/math.h>
@@ -50,18 +51,20 @@ typedef struct {
 } uct_tcp_zwin_conn_t;
 
 
+UCS_ARRAY_DEFINE_INLINE(uct_tcp_zwin_conns, unsigned, uct_tcp_zwin_conn_t);
+
+
 struct uct_tcp_zwin {
-    ucs_async_context_t *async;
-    int                  timer_id;
-    int                  user_timeout_ms;
-    ucs_time_t           tick;
-    ucs_time_t           next_sweep;
-    uct_tcp_zwin_conn_t *conns;
-    unsigned             count;
-    unsigned             capacity;
-    unsigned long        kept;     /* times the option was taken off */
-    unsigned long        restored; /* times it was put back */
-    char                 name[32];
+    ucs_async_context_t             *async;
+    int                             timer_id;
+    int                             user_timeout_ms;
+    ucs_time_t                      tick;
+    ucs_time_t                      next_sweep;
+    ucs_array_t(uct_tcp_zwin_conns) conns;    /* the watched sockets */
+    unsigned long                   kept;     /* times the option was
+                                                 taken off */
+    unsigned long                   restored; /* times it was put back */
+    char                            name[32];
 };
 
 
@@ -178,8 +181,8 @@ static void uct_tcp_zwin_check(uct_tcp_zwin_t *zwin, uct_tcp_zwin_conn_t *conn)
 static void uct_tcp_zwin_timer(int id, ucs_event_set_types_t events, void *arg)
 {
     uct_tcp_zwin_t *zwin = arg;
+    uct_tcp_zwin_conn_t *conn;
     ucs_time_t now;
-    unsigned i;
 
     /* runs with the async context blocked, as add and remove do; in poll
      * mode a timer fires on every poll, so keep to the tick */
@@ -189,8 +192,8 @@ static void uct_tcp_zwin_timer(int id, ucs_event_set_types_t events, void *arg)
     }
 
     zwin->next_sweep = now + zwin->tick;
-    for (i = 0; i < zwin->count; ++i) {
-        uct_tcp_zwin_check(zwin, &zwin->conns[i]);
+    ucs_array_for_each(conn, &zwin->conns) {
+        uct_tcp_zwin_check(zwin, conn);
     }
 }
 
@@ -209,6 +212,7 @@ ucs_status_t uct_tcp_zwin_create(ucs_async_context_t *async,
 
     zwin->async           = async;
     zwin->user_timeout_ms = user_timeout_ms;
+    ucs_array_init_dynamic(&zwin->conns);
     ucs_strncpy_zero(zwin->name, name, sizeof(zwin->name));
 
     tick_ms = ucs_min(ucs_max(zwin->user_timeout_ms / 2.0,
@@ -244,50 +248,41 @@ void uct_tcp_zwin_destroy(uct_tcp_zwin_t *zwin)
                  zwin->restored);
     }
 
-    ucs_free(zwin->conns);
+    ucs_array_cleanup_dynamic(&zwin->conns);
     ucs_free(zwin);
 }
 
 void uct_tcp_zwin_add(uct_tcp_zwin_t *zwin, int fd)
 {
-    uct_tcp_zwin_conn_t *conns;
-    unsigned capacity;
+    uct_tcp_zwin_conn_t *conn;
 
     UCS_ASYNC_BLOCK(zwin->async);
-    if (zwin->count == zwin->capacity) {
-        capacity = ucs_max(2 * zwin->capacity, 8);
-        conns    = ucs_realloc(zwin->conns, capacity * sizeof(*conns),
-                               "tcp_zwin_conns");
-        if (conns == NULL) {
-            /* the connection keeps the plain TCP_USER_TIMEOUT */
-            ucs_diag("tcp %s fd %d: no memory to watch its window",
-                     zwin->name, fd);
-            goto out;
-        }
-
-        zwin->conns    = conns;
-        zwin->capacity = capacity;
+    if (ucs_array_append(uct_tcp_zwin_conns, &zwin->conns) == UCS_OK) {
+        conn          = ucs_array_last(&zwin->conns);
+        conn->fd      = fd;
+        conn->cleared = 0;
+    } else {
+        /* the connection keeps the plain TCP_USER_TIMEOUT */
+        ucs_diag("tcp %s fd %d: no memory to watch its window", zwin->name,
+                 fd);
     }
-
-    zwin->conns[zwin->count].fd      = fd;
-    zwin->conns[zwin->count].cleared = 0;
-    ++zwin->count;
-out:
     UCS_ASYNC_UNBLOCK(zwin->async);
 }
 
 void uct_tcp_zwin_remove(uct_tcp_zwin_t *zwin, int fd)
 {
-    unsigned i;
+    uct_tcp_zwin_conn_t *conn;
 
     if (fd < 0) {
         return;
     }
 
     UCS_ASYNC_BLOCK(zwin->async);
-    for (i = 0; i < zwin->count; ++i) {
-        if (zwin->conns[i].fd == fd) {
-            zwin->conns[i] = zwin->conns[--zwin->count];
+    ucs_array_for_each(conn, &zwin->conns) {
+        if (conn->fd == fd) {
+            *conn = *ucs_array_last(&zwin->conns);
+            ucs_array_set_length(&zwin->conns,
+                                 ucs_array_length(&zwin->conns) - 1);
             break;
         }
     }

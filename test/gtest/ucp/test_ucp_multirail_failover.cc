@@ -481,10 +481,28 @@ protected:
 
     /* every transport endpoint of the endpoint's lanes (but the CM lane's)
      * is a connected UCT/TCP endpoint */
+    /* the TCP endpoint of a lane (under the am lane's sequencing endpoint),
+     * or NULL while wireup still holds the lane */
+    static uct_tcp_ep_t *tcp_lane_ep(ucp_ep_h ep, ucp_lane_index_t lane)
+    {
+        uct_ep_h uct_ep = ep->uct_eps[lane];
+
+        if ((uct_ep != NULL) && ucp_failover_seq_ep_test(uct_ep)) {
+            uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
+        }
+
+        if ((uct_ep == NULL) || ucp_wireup_ep_test(uct_ep) ||
+            ucp_proxy_ep_test(uct_ep)) {
+            return NULL;
+        }
+
+        return ucs_derived_of(uct_ep, uct_tcp_ep_t);
+    }
+
     static bool tcp_lanes_connected(ucp_ep_h ep)
     {
         for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
-            uct_ep_h uct_ep = ep->uct_eps[lane];
+            uct_tcp_ep_t *tcp_ep;
 
             if ((lane == ucp_ep_get_cm_lane(ep)) ||
                 (ucp_ep_ext_control(ep)->failover.failed_lanes &
@@ -492,19 +510,38 @@ protected:
                 continue;
             }
 
-            if (ucp_failover_seq_ep_test(uct_ep)) {
-                uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
-            }
-
-            if ((uct_ep == NULL) || ucp_wireup_ep_test(uct_ep) ||
-                ucp_proxy_ep_test(uct_ep) ||
-                (ucs_derived_of(uct_ep, uct_tcp_ep_t)->conn_state !=
-                 UCT_TCP_EP_CONN_STATE_CONNECTED)) {
+            tcp_ep = tcp_lane_ep(ep, lane);
+            if ((tcp_ep == NULL) ||
+                (tcp_ep->conn_state != UCT_TCP_EP_CONN_STATE_CONNECTED)) {
                 return false;
             }
         }
 
         return true;
+    }
+
+    /* read and drop what waits unread in @a e's am lane socket (lost with
+     * the lane): whole messages, when the writer sent them in full and the
+     * reader consumed every message before them */
+    static size_t drop_unread_am(entity &e)
+    {
+        ucp_lane_index_t am_lane = ucp_ep_get_am_lane(e.ep());
+        uct_tcp_ep_t *tcp_ep     = tcp_lane_ep(e.ep(), am_lane);
+        size_t dropped           = 0;
+        char buf[4096];
+        ssize_t ret;
+
+        EXPECT_TRUE(tcp_ep != NULL);
+        if (tcp_ep == NULL) {
+            return 0;
+        }
+
+        usleep(10000); /* the writer's bytes reach the socket (veth) */
+        while ((ret = ::recv(tcp_ep->fd, buf, sizeof(buf), MSG_DONTWAIT)) >
+               0) {
+            dropped += ret;
+        }
+        return dropped;
     }
 
     ucp_ep_params_t get_ep_params()
@@ -1673,19 +1710,11 @@ protected:
      */
     void lose_unread_and_fail(entity &reader)
     {
-        uct_ep_h uct_ep = reader.ep()->uct_eps[ucp_ep_get_am_lane(
-                reader.ep())];
-        char buf[4096];
-        size_t dropped = 0;
-        ssize_t ret;
+        size_t dropped;
 
-        ASSERT_TRUE(ucp_failover_seq_ep_test(uct_ep));
-        uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
-        usleep(10000); /* the writer's bytes reach the socket (veth) */
-        while ((ret = ::recv(ucs_derived_of(uct_ep, uct_tcp_ep_t)->fd, buf,
-                           sizeof(buf), MSG_DONTWAIT)) > 0) {
-            dropped += ret;
-        }
+        ASSERT_TRUE(ucp_failover_seq_ep_test(
+                reader.ep()->uct_eps[ucp_ep_get_am_lane(reader.ep())]));
+        dropped = drop_unread_am(reader);
         UCS_TEST_MESSAGE << "dropped " << dropped << " unread byte(s)";
         ASSERT_GT(dropped, 0u) << "nothing was in flight";
         fail_am_lane();
@@ -2146,36 +2175,6 @@ UCS_TEST_P(test_ucp_multirail_detect, failed_lane_verifies_its_rail,
     EXPECT_EQ(0u, m_err_count);
 }
 
-/* The least TCP_USER_TIMEOUT (ms) over the connected TCP lanes of @a ep */
-static unsigned min_lane_user_timeout(ucp_ep_h ep)
-{
-    unsigned min_value = UINT_MAX;
-
-    for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
-        uct_ep_h uct_ep = ep->uct_eps[lane];
-        unsigned value  = 0;
-        socklen_t len   = sizeof(value);
-
-        if ((lane == ucp_ep_get_cm_lane(ep)) || (uct_ep == NULL)) {
-            continue;
-        }
-
-        if (ucp_failover_seq_ep_test(uct_ep)) {
-            uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
-        }
-
-        if ((uct_ep == NULL) || ucp_wireup_ep_test(uct_ep) ||
-            ucp_proxy_ep_test(uct_ep) ||
-            (getsockopt(ucs_derived_of(uct_ep, uct_tcp_ep_t)->fd, IPPROTO_TCP,
-                        TCP_USER_TIMEOUT, &value, &len) != 0)) {
-            continue;
-        }
-
-        min_value = std::min(min_value, value);
-    }
-
-    return min_value;
-}
 
 /* TCP connections of a failover endpoint carry a retransmission timeout
  * floor of a third of UCX_MULTIRAIL_PROBE_TIMEOUT (50-200 ms) and a
@@ -2234,6 +2233,28 @@ public:
     test_ucp_multirail_detect_stall()
     {
         modify_config("TCP_RCVBUF", "64k", SETENV_IF_NOT_EXIST);
+    }
+
+protected:
+    /* the least TCP_USER_TIMEOUT (ms) over the connected TCP lanes of @a ep */
+    static unsigned min_lane_user_timeout(ucp_ep_h ep)
+    {
+        unsigned min_value = UINT_MAX;
+
+        for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+            uct_tcp_ep_t *tcp_ep = (lane == ucp_ep_get_cm_lane(ep)) ?
+                                           NULL : tcp_lane_ep(ep, lane);
+            unsigned value       = 0;
+            socklen_t len        = sizeof(value);
+
+            if ((tcp_ep != NULL) &&
+                (getsockopt(tcp_ep->fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &value,
+                            &len) == 0)) {
+                min_value = std::min(min_value, value);
+            }
+        }
+
+        return min_value;
     }
 };
 
@@ -2689,26 +2710,6 @@ protected:
                     spy_failover_am, worker,
                     ucp_am_handlers[UCP_AM_ID_FAILOVER]->flags));
         }
-    }
-
-    /* read and drop what waits unread in @a e's am lane socket */
-    size_t drop_unread_am(entity &e)
-    {
-        uct_ep_h uct_ep = e.ep()->uct_eps[ucp_ep_get_am_lane(e.ep())];
-        size_t dropped  = 0;
-        char buf[4096];
-        ssize_t ret;
-
-        if (ucp_failover_seq_ep_test(uct_ep)) {
-            uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
-        }
-
-        usleep(10000); /* the writer's bytes reach the socket */
-        while ((ret = ::recv(ucs_derived_of(uct_ep, uct_tcp_ep_t)->fd, buf,
-                             sizeof(buf), MSG_DONTWAIT)) > 0) {
-            dropped += ret;
-        }
-        return dropped;
     }
 };
 
