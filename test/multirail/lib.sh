@@ -148,6 +148,21 @@ mr_expect_clean() {
     mr_expect_eq "server exit code" 0 "$mr_rc_server"
 }
 
+# mr_log_excerpt DIR: after a failure, show on stderr what CI logs cannot
+# otherwise keep: the lines of the programs' logs that name a crash or an
+# error (bounded: 12 lines a file, files under DIR only)
+mr_log_excerpt() {
+    local f n
+    for f in "$1"/*.out "$1"/*.err; do
+        [ -s "$f" ] || continue
+        n=$(grep -cE 'Assertion|assert|[Aa]bort|Fatal|Segmentation|signal|[Bb]acktrace|^RESULT|ERROR|error' "$f" || true)
+        [ "$n" -gt 0 ] || continue
+        echo "  --- ${f##*/}: $n matching line(s), first 12:" >&2
+        grep -E 'Assertion|assert|[Aa]bort|Fatal|Segmentation|signal|[Bb]acktrace|^RESULT|ERROR|error' "$f" |
+            head -12 | cut -c1-240 | sed 's/^/  | /' >&2
+    done
+}
+
 # mr_run_test NAME FUNCTION [ARGS]: run one test, count the outcome.
 # The function sets mr_test_ok=0 on failure, or returns 77 to skip.
 # A test function that a shell error aborted (an expansion error returns to
@@ -157,6 +172,7 @@ mr_account_aborted() {
     [ -n "${mr_current:-}" ] || return 0
     echo "[ FAIL ] $mr_current (aborted by a shell error), logs in" \
          "$MRFO_RESULTS/$mr_current" >&2
+    mr_log_excerpt "$MRFO_RESULTS/$mr_current"
     mr_failed=$((mr_failed + 1))
     mr_failures+=("$mr_current")
     mr_current=
@@ -187,6 +203,7 @@ mr_run_test() {
         mr_passed=$((mr_passed + 1))
     else
         echo "[ FAIL ] $name ($(mr_elapsed "$t0" "$(mr_now)") s), logs in $MR_DIR" >&2
+        mr_log_excerpt "$MR_DIR"
         mr_failed=$((mr_failed + 1))
         mr_failures+=("$name")
     fi

@@ -34,7 +34,10 @@ mr_gtest() {
     mr_skipped=$((mr_skipped + n_skip))
     if [ "$n_fail" != 0 ]; then
         mr_failures+=("gtest_$group")
-        grep '^\[  FAILED  \]' "$log" | sort -u | head -20 >&2
+        # (none when it crashed; the test command goes on either way)
+        { grep '^\[  FAILED  \]' "$log" || true; } | sort -u | head -20 >&2
+        grep -E 'Caught signal|Assertion|Fatal|Bug:' "$log" | head -5 >&2 ||
+            true
         echo "[ FAIL ] gtest_$group: $n_ok passed, $n_fail failed (rc $rc)," \
              "log $log" >&2
     else

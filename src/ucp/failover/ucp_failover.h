@@ -40,6 +40,9 @@ typedef struct ucp_multirail_config {
     /** UCX_MULTIRAIL_RETAIN: bound of unacknowledged ordered messages kept
      *  per endpoint for sending again, bytes */
     size_t        retain;
+    /** UCX_MULTIRAIL_STRIPE_AM: message fragments stripe over the lanes,
+     *  each lane's sequenced as a data stream */
+    int           stripe_am;
 } ucp_multirail_config_t;
 
 
@@ -71,7 +74,9 @@ enum {
     /* The CM connection went away: a close or a loss, to be told apart */
     UCP_FAILOVER_EP_FLAG_CM_PENDING   = UCS_BIT(2),
     /* The CM connection was lost; the endpoint lives on its data lanes */
-    UCP_FAILOVER_EP_FLAG_CM_LOST      = UCS_BIT(3)
+    UCP_FAILOVER_EP_FLAG_CM_LOST      = UCS_BIT(3),
+    /* Message fragments stripe over the am_bw lanes (data streams) */
+    UCP_FAILOVER_EP_FLAG_STRIPE       = UCS_BIT(4)
 };
 
 

@@ -64,11 +64,21 @@ ucs_config_field_t ucp_multirail_config_table[] = {
 
   {"MULTIRAIL_RETAIN", "1m",
    "Per endpoint, how many bytes of ordered messages (everything sent on the am\n"
-   "lane) are kept until the peer acknowledges them, to be sent again if the am\n"
+   "lane), and as many per other lane that carries message fragments\n"
+   "(MULTIRAIL_STRIPE_AM), are kept until the peer acknowledges them, to be sent again if the am\n"
    "lane fails. When the bound is reached, new messages wait (they are queued\n"
    "as pending) until acknowledgements free room. At least 64k; \"inf\" never\n"
    "holds messages back.",
    ucs_offsetof(ucp_multirail_config_t, retain), UCS_CONFIG_TYPE_MEMUNITS},
+
+  {"MULTIRAIL_STRIPE_AM", "y",
+   "With UCX_MAX_EAGER_RAILS > 1, let the middle fragments of eager and AM\n"
+   "messages (and rendezvous data sent as active messages) stripe over the\n"
+   "lanes besides the am lane. Each such lane keeps its fragments, as\n"
+   "MULTIRAIL_RETAIN bounds, until the peer acknowledges them, and they are sent\n"
+   "again on the am lane if the lane fails. With \"n\", or when the lanes'\n"
+   "active-message limits differ, they ride the am lane only.",
+   ucs_offsetof(ucp_multirail_config_t, stripe_am), UCS_CONFIG_TYPE_BOOL},
 
   {NULL}
 };

@@ -31,13 +31,13 @@
  * Multi-fragment eager/AM data (and rendezvous data sent as AM fragments)
  * is striped over the am_bw lanes. Over TCP a fragment "completes" when it
  * is in the socket buffer, so the fragments a silent fault strands on a
- * non-am lane are lost, and the receiver waits for them forever; re-sending
- * them needs a retained copy, which does not exist yet. Until it does, such
- * fragments ride the am lane only on an endpoint that negotiated failover:
- * losing the am lane fails the endpoint anyway, and losing any other lane
- * then loses nothing. Positions stay (the slots hold the am lane), so a
- * request's am_bw_index keeps meaning. Rendezvous zcopy data still stripes
- * over every rma_bw lane.
+ * non-am lane would be lost. Each such lane is sequenced as a data stream
+ * (ucp_failover_seq.c), which keeps a copy of every fragment until the peer
+ * acknowledges it and sends it again on the am lane after the lane fails.
+ * That copy may have to go on any lane that can become the am lane, so the
+ * fragments stripe only when every lane has the same active-message limits;
+ * otherwise they ride the am lane ("pinned": every am_bw slot holds the am
+ * lane, so positions stay and a request's am_bw_index keeps meaning).
  */
 static void ucp_failover_key_pin_am_bw(ucp_ep_config_key_t *key)
 {
@@ -49,11 +49,69 @@ static void ucp_failover_key_pin_am_bw(ucp_ep_config_key_t *key)
     }
 }
 
+/* Whether every am_bw slot of @a key holds its am lane */
+static int ucp_failover_key_am_bw_pinned(const ucp_ep_config_key_t *key)
+{
+    int i;
+
+    for (i = 0; (i < UCP_MAX_LANES) && (key->am_bw_lanes[i] != UCP_NULL_LANE);
+         ++i) {
+        if (key->am_bw_lanes[i] != key->am_lane) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
+/* Whether active-message fragments may stripe over the lanes of @a key: all
+ * its lanes that send active messages have the same limits */
+static int ucp_failover_key_can_stripe(ucp_worker_h worker,
+                                       const ucp_ep_config_key_t *key)
+{
+    const uint64_t am_flags = UCT_IFACE_FLAG_AM_SHORT |
+                              UCT_IFACE_FLAG_AM_BCOPY |
+                              UCT_IFACE_FLAG_AM_ZCOPY;
+    const uct_iface_attr_t *attr, *first = NULL;
+    ucp_lane_index_t lane;
+
+    if (worker->context->config.ext.multirail.stripe_am == UCS_NO) {
+        return 0;
+    }
+
+    for (lane = 0; lane < key->num_lanes; ++lane) {
+        if ((lane == key->cm_lane) ||
+            (key->lanes[lane].rsc_index == UCP_NULL_RESOURCE)) {
+            continue;
+        }
+
+        attr = ucp_worker_iface_get_attr(worker, key->lanes[lane].rsc_index);
+        if (!(attr->cap.flags & am_flags)) {
+            continue;
+        }
+
+        if (first == NULL) {
+            first = attr;
+        } else if (((attr->cap.flags & am_flags) !=
+                    (first->cap.flags & am_flags)) ||
+                   (attr->cap.am.max_short != first->cap.am.max_short) ||
+                   (attr->cap.am.max_bcopy != first->cap.am.max_bcopy) ||
+                   (attr->cap.am.max_zcopy != first->cap.am.max_zcopy) ||
+                   (attr->cap.am.max_hdr != first->cap.am.max_hdr) ||
+                   (attr->cap.am.max_iov != first->cap.am.max_iov)) {
+            return 0;
+        }
+    }
+
+    return 1;
+}
+
 void ucp_failover_key_set_am_lane(ucp_ep_config_key_t *key,
                                   ucp_lane_index_t am_lane,
                                   ucs_string_buffer_t *strb)
 {
     ucp_lane_index_t old_am_lane = key->am_lane;
+    int pinned;
 
     if (old_am_lane == am_lane) {
         return;
@@ -63,16 +121,23 @@ void ucp_failover_key_set_am_lane(ucp_ep_config_key_t *key,
         ucs_string_buffer_appendf(strb, " am:%d->%d", old_am_lane, am_lane);
     }
 
+    /* pinned am_bw slots follow the am lane (ucp_failover_key_pin_am_bw);
+     * striped ones stay: the old am lane is a failed lane, which
+     * ucp_failover_key_remove_lanes() replaces, or a recovered one, which
+     * becomes a data lane */
+    pinned       = ucp_failover_key_am_bw_pinned(key);
     key->am_lane = am_lane;
     if (key->wireup_msg_lane == old_am_lane) {
         key->wireup_msg_lane = am_lane;
     }
 
-    /* the am_bw slots hold the am lane (ucp_failover_key_pin_am_bw) */
     if (key->am_bw_lanes[0] == UCP_NULL_LANE) {
         key->am_bw_lanes[0] = am_lane;
     }
-    ucp_failover_key_pin_am_bw(key);
+
+    if (pinned) {
+        ucp_failover_key_pin_am_bw(key);
+    }
 }
 
 void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
@@ -87,7 +152,9 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
     if (fo->failed_lanes != 0) {
         /* a connected endpoint keeps its failed lanes failed, and its am
          * lane */
-        ucp_failover_key_pin_am_bw(key);
+        if (!(fo->flags & UCP_FAILOVER_EP_FLAG_STRIPE)) {
+            ucp_failover_key_pin_am_bw(key);
+        }
         if (ep->cfg_index != UCP_WORKER_CFG_INDEX_NULL) {
             ucp_failover_key_set_am_lane(key, ucp_ep_get_am_lane(ep), NULL);
         }
@@ -119,7 +186,12 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
 
     fo->flags    |= UCP_FAILOVER_EP_FLAG_NEGOTIATED;
     fo->peer_uuid = remote_address->uuid;
-    ucp_failover_key_pin_am_bw(key);
+    if (ucp_failover_key_can_stripe(ep->worker, key)) {
+        fo->flags |= UCP_FAILOVER_EP_FLAG_STRIPE;
+    } else {
+        fo->flags &= ~UCP_FAILOVER_EP_FLAG_STRIPE;
+        ucp_failover_key_pin_am_bw(key);
+    }
     ucp_failover_recover_save(ep, key, remote_address, addr_indices);
     ucs_debug("ep %p: multi-rail failover negotiated with the peer", ep);
 }
@@ -454,6 +526,9 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
                               ucp_request_purge_enqueue_cb, &replay_q,
                               ucp_failover_discarded_cb, NULL);
     num_replayed = ucs_queue_length(&replay_q);
+
+    /* a lane that takes over an am_bw slot carries a data stream */
+    ucp_failover_seq_ep_connected(ep);
     ucp_failover_seq_resend(ep);
     ucp_failover_replay(ep, &replay_q);
 

@@ -607,6 +607,9 @@ static void ucp_failover_lane_up(ucp_failover_rec_lane_t *rl)
     ++rl->recoveries;
     ++fo->num_recoveries;
 
+    /* a lane back in the am_bw lanes carries its data stream again */
+    ucp_failover_seq_ep_connected(ep);
+
     ucp_failover_lane_desc(ep, rl->lane, &desc);
     ucp_failover_recover_log(fw, "ep %p: %s is back after %u re-probe(s), "
                              "%.3f s down; it carries its roles again", ep,

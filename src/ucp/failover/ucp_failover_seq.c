@@ -27,6 +27,19 @@
  * sends every message not acknowledged yet again, in order, before anything
  * new: what the peer had is dropped there as a duplicate, what it had not is
  * delivered, in order.
+ *
+ * Data streams. The other lanes that carry active-message fragments (the
+ * am_bw lanes with UCX_MAX_EAGER_RAILS > 1: middle fragments of eager and AM
+ * messages, rendezvous data sent as active messages) are wrapped too, each
+ * in a stream of its own, numbered by the lane it starts on (stream id =
+ * lane + 1; stream 0 is the ordered stream of the am lane). UCP places such
+ * fragments by offset, so a data stream needs no order across lanes: its
+ * receiver delivers in arrival order what is next in the stream, drops what
+ * it delivered already and holds back what comes early (only after a lane
+ * change), and acknowledges each stream with acknowledgement-only messages.
+ * When a data stream's lane fails, the stream has no wrapper of its own any
+ * more, and the am lane's wrapper sends what was not acknowledged again,
+ * with the stream's own numbers, so the receiver delivers each fragment once.
  */
 
 #ifdef HAVE_CONFIG_H
@@ -66,15 +79,21 @@ enum {
 };
 
 
+/* Streams: 0 is the am lane's ordered stream, 1 + lane a data stream */
+#define UCP_FAILOVER_SEQ_STREAMS   (UCP_MAX_LANES + 1)
+
+
 /* The trailer of a sequenced message (at its end, so the data keeps its
  * place and receive descriptors work as without it) */
 typedef struct {
-    uint64_t ep_id; /* the receiver's endpoint id */
-    uint32_t sn;    /* sequence number, from 1; 0 with ACK_ONLY */
-    uint32_t ack;   /* the sender delivered the receiver's messages up to
-                       this one */
-    uint8_t  am_id; /* the message's own active message id */
-    uint8_t  flags; /* UCP_FAILOVER_SEQ_FLAG_* */
+    uint64_t ep_id;  /* the receiver's endpoint id */
+    uint32_t sn;     /* sequence number in the stream, from 1; 0 with
+                        ACK_ONLY */
+    uint32_t ack;    /* the sender delivered the receiver's messages up to
+                        this one: of stream 0, or with ACK_ONLY of 'stream' */
+    uint8_t  am_id;  /* the message's own active message id */
+    uint8_t  flags;  /* UCP_FAILOVER_SEQ_FLAG_* */
+    uint8_t  stream; /* the stream of sn, and of ack with ACK_ONLY */
 } UCS_S_PACKED ucp_failover_seq_hdr_t;
 
 
@@ -104,10 +123,49 @@ typedef struct {
 } ucp_failover_seq_held_t;
 
 
-/* The sequencing endpoint that wraps the am lane's transport endpoint */
+/* One direction's stream pair: what this side sends in stream 'id', and
+ * what it receives in the peer's stream 'id' */
+typedef struct ucp_failover_seq_stream {
+    uint8_t                      id;
+    /* send side */
+    struct ucp_failover_seq_ep   *seq_ep;      /* the wrapper that sends it;
+                                                  NULL: a data stream whose
+                                                  lane is gone (the am lane's
+                                                  wrapper sends its backlog) */
+    uint32_t                     tx_next;      /* number of the next message */
+    ucs_queue_head_t             retained;     /* not acknowledged, in order */
+    struct ucp_failover_seq_entry *unsent;     /* first one not handed to the
+                                                  transport, or NULL */
+    size_t                       retained_bytes;
+    uint32_t                     tx_acked;     /* highest ack received */
+    size_t                       retained_max; /* high-water mark, bytes */
+    uint64_t                     tx_msgs;
+    uint64_t                     tx_resent;
+    uint32_t                     window_stalls;
+    /* receive side */
+    uint32_t                     rx_next;      /* number expected next */
+    uint32_t                     rx_ack_sent;  /* last acknowledged */
+    int                          ack_again;    /* the am lane moved: the last
+                                                  acknowledgement may be
+                                                  lost */
+    size_t                       rx_unacked_bytes;
+    ucs_list_link_t              held;         /* arrived early, by number */
+    uint64_t                     rx_msgs;
+    uint64_t                     rx_dups;
+    uint64_t                     rx_held;
+    uint64_t                     acks_sent;
+    uint64_t                     acks_unsent;  /* ack-only messages the am
+                                                  lane did not take */
+    ucs_status_t                 ack_status;   /* of the last one not taken */
+} ucp_failover_seq_stream_t;
+
+
+/* The sequencing endpoint that wraps a lane's transport endpoint: the am
+ * lane's (stream 0), or a data lane's (its data stream) */
 typedef struct ucp_failover_seq_ep {
     ucp_proxy_ep_t     super;
     ucp_failover_seq_t *seq;
+    ucp_failover_seq_stream_t *stream;
     ucs_queue_head_t   pending;       /* requests waiting for the window */
     uct_pending_req_t  resume;        /* on the transport endpoint: send the
                                          backlog when it has resources */
@@ -130,41 +188,28 @@ typedef struct ucp_failover_seq_ep {
 
 /* Per-endpoint sequencing state */
 struct ucp_failover_seq {
-    ucp_ep_h                 ep;
-    ucp_failover_seq_ep_t    *seq_ep;      /* on the am lane, or NULL */
-    /* send side */
-    uint32_t                 tx_next;      /* number of the next message */
-    ucs_queue_head_t         retained;     /* not acknowledged, in order */
-    ucp_failover_seq_entry_t *unsent;      /* first one not handed to the
-                                              transport, or NULL */
-    size_t                   retained_bytes;
-    /* receive side */
-    uint32_t                 rx_next;      /* number expected next */
-    uint32_t                 rx_ack_sent;  /* last acknowledged to the peer */
-    int                      ack_again;    /* the am lane moved: the last
-                                              acknowledgement may be lost */
-    size_t                   rx_unacked_bytes;
-    ucs_list_link_t          held;         /* arrived early, by number */
-    /* counters */
-    uint64_t                 tx_msgs;
-    uint64_t                 tx_resent;
-    uint64_t                 rx_msgs;
-    uint64_t                 rx_dups;
-    uint64_t                 rx_held;
-    uint64_t                 acks_sent;
-    uint64_t                 acks_unsent;   /* ack-only messages the am
-                                               lane did not take */
-    ucs_status_t             ack_status;    /* of the last one not taken */
-    uint32_t                 tx_acked;      /* highest ack received */
-    size_t                   retained_max;  /* high-water mark, bytes */
-    ucs_queue_head_t         cache;         /* released small entries */
-    unsigned                 cache_count;
-    uint32_t                 window_stalls;
+    ucp_ep_h                  ep;
+    ucp_failover_seq_ep_t     *seq_ep;     /* on the am lane, or NULL */
+    ucp_failover_seq_stream_t main;        /* stream 0 */
+    /* by id: &main, then the data streams used so far */
+    ucp_failover_seq_stream_t *streams[UCP_FAILOVER_SEQ_STREAMS];
+    ucs_queue_head_t          cache;       /* released small entries */
+    unsigned                  cache_count;
 };
 
 
 static uct_iface_ops_t ucp_failover_seq_ep_ops;
 
+
+static void ucp_failover_seq_stream_init(ucp_failover_seq_stream_t *st,
+                                         uint8_t id)
+{
+    st->id      = id;
+    st->tx_next = 1;
+    st->rx_next = 1;
+    ucs_queue_head_init(&st->retained);
+    ucs_list_head_init(&st->held);
+}
 
 ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep)
 {
@@ -178,20 +223,56 @@ ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep)
         return NULL;
     }
 
-    seq->ep      = ep;
-    seq->tx_next = 1;
-    seq->rx_next = 1;
-    ucs_queue_head_init(&seq->retained);
+    seq->ep = ep;
+    ucp_failover_seq_stream_init(&seq->main, 0);
+    seq->streams[0] = &seq->main;
     ucs_queue_head_init(&seq->cache);
-    ucs_list_head_init(&seq->held);
     fo->seq = seq;
     return seq;
 }
 
-static UCS_F_ALWAYS_INLINE uint32_t
-ucp_failover_seq_rx_delivered(const ucp_failover_seq_t *seq)
+/* Data stream @a id, created on first use (NULL: no memory) */
+static ucp_failover_seq_stream_t *
+ucp_failover_seq_stream_get(ucp_failover_seq_t *seq, uint8_t id)
 {
-    return seq->rx_next - 1;
+    ucp_failover_seq_stream_t *st;
+
+    ucs_assert(id < UCP_FAILOVER_SEQ_STREAMS);
+    if (seq->streams[id] != NULL) {
+        return seq->streams[id];
+    }
+
+    st = ucs_calloc(1, sizeof(*st), "failover_seq_stream");
+    if (st == NULL) {
+        ucs_error("ep %p: no memory for sequencing stream %u", seq->ep, id);
+        return NULL;
+    }
+
+    ucp_failover_seq_stream_init(st, id);
+    seq->streams[id] = st;
+    return st;
+}
+
+static UCS_F_ALWAYS_INLINE uint32_t
+ucp_failover_seq_rx_delivered(const ucp_failover_seq_stream_t *st)
+{
+    return st->rx_next - 1;
+}
+
+static UCS_F_ALWAYS_INLINE int
+ucp_failover_seq_ack_owed(const ucp_failover_seq_stream_t *st)
+{
+    return (st->rx_ack_sent != ucp_failover_seq_rx_delivered(st)) ||
+           st->ack_again;
+}
+
+/* The first retained message of @a st (to send again), or NULL */
+static UCS_F_ALWAYS_INLINE struct ucp_failover_seq_entry *
+ucp_failover_seq_first_retained(ucp_failover_seq_stream_t *st)
+{
+    return ucs_queue_is_empty(&st->retained) ? NULL :
+           ucs_queue_head_elem_non_empty(&st->retained,
+                                         struct ucp_failover_seq_entry, queue);
 }
 
 int ucp_failover_seq_ep_test(uct_ep_h uct_ep)
@@ -282,32 +363,46 @@ ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq, size_t length)
 }
 
 static void ucp_failover_seq_dispatch_schedule(ucp_failover_seq_ep_t *seq_ep);
-static ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq);
+static ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq,
+                                              ucp_failover_seq_stream_t *st);
 
-/* The peer delivered our messages up to @a ack: release them */
-static void ucp_failover_seq_release(ucp_failover_seq_t *seq, uint32_t ack)
+/* The entry after @a entry in its stream's retention, or NULL */
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_entry_t *
+ucp_failover_seq_next(ucp_failover_seq_stream_t *st,
+                      ucp_failover_seq_entry_t *entry)
+{
+    return (st->retained.ptail == &entry->queue.next) ?
+           NULL :
+           ucs_container_of(entry->queue.next, ucp_failover_seq_entry_t,
+                            queue);
+}
+
+/* The peer delivered our messages of @a st up to @a ack: release them */
+static void ucp_failover_seq_release(ucp_failover_seq_stream_t *st,
+                                     uint32_t ack)
 {
     ucp_failover_seq_entry_t *entry;
 
-    while (!ucs_queue_is_empty(&seq->retained)) {
-        entry = ucs_queue_head_elem_non_empty(&seq->retained,
+    if ((int32_t)(ack - st->tx_acked) > 0) {
+        st->tx_acked = ack;
+    }
+
+    while (!ucs_queue_is_empty(&st->retained)) {
+        entry = ucs_queue_head_elem_non_empty(&st->retained,
                                               ucp_failover_seq_entry_t, queue);
         if ((int32_t)(ack - entry->sn) < 0) {
             break;
         }
 
-        if (entry == seq->unsent) {
+        if (entry == st->unsent) {
             /* waiting to be sent again after a failover, but the peer has it
              * (sent on the old lane): no need to */
-            seq->unsent = (seq->retained.ptail == &entry->queue.next) ?
-                          NULL :
-                          ucs_container_of(entry->queue.next,
-                                           ucp_failover_seq_entry_t, queue);
+            st->unsent = ucp_failover_seq_next(st, entry);
         }
 
-        ucs_queue_pull_non_empty(&seq->retained);
-        seq->retained_bytes -= entry->length;
-        entry->acked         = 1;
+        ucs_queue_pull_non_empty(&st->retained);
+        st->retained_bytes -= entry->length;
+        entry->acked        = 1;
         if (entry->comp.count == 0) {
             ucp_failover_seq_entry_free(entry);
         } else {
@@ -315,10 +410,10 @@ static void ucp_failover_seq_release(ucp_failover_seq_t *seq, uint32_t ack)
         }
     }
 
-    if ((seq->seq_ep != NULL) && seq->seq_ep->window_full &&
-        (seq->retained_bytes < seq->seq_ep->retain)) {
-        seq->seq_ep->window_full = 0;
-        ucp_failover_seq_dispatch_schedule(seq->seq_ep);
+    if ((st->seq_ep != NULL) && st->seq_ep->window_full &&
+        (st->retained_bytes < st->seq_ep->retain)) {
+        st->seq_ep->window_full = 0;
+        ucp_failover_seq_dispatch_schedule(st->seq_ep);
     }
 }
 
@@ -327,6 +422,7 @@ static void ucp_failover_seq_release(ucp_failover_seq_t *seq, uint32_t ack)
  */
 
 static void ucp_failover_seq_hdr_fill(ucp_failover_seq_t *seq,
+                                      ucp_failover_seq_stream_t *st,
                                       ucp_failover_seq_entry_t *entry)
 {
     ucp_failover_seq_hdr_t *hdr = UCS_PTR_BYTE_OFFSET(entry->data,
@@ -340,17 +436,19 @@ static void ucp_failover_seq_hdr_fill(ucp_failover_seq_t *seq,
         return;
     }
 
-    /* the acknowledgement is the current one, also when sent again */
-    ack = ucp_failover_seq_rx_delivered(seq);
-    if (seq->retained_bytes >= (seq->seq_ep->retain / 2)) {
+    /* the acknowledgement (of stream 0) is the current one, also when sent
+     * again; the request for one is about the message's own stream */
+    ack = ucp_failover_seq_rx_delivered(&seq->main);
+    if (st->retained_bytes >=
+        (seq->ep->worker->context->config.ext.multirail.retain / 2)) {
         flags |= UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
     }
 
     memcpy(&hdr->ack, &ack, sizeof(ack));
     memcpy(&hdr->flags, &flags, sizeof(flags));
-    seq->rx_ack_sent      = ack;
-    seq->rx_unacked_bytes = 0;
-    seq->ack_again        = 0;
+    seq->main.rx_ack_sent      = ack;
+    seq->main.rx_unacked_bytes = 0;
+    seq->main.ack_again        = 0;
 }
 
 static size_t ucp_failover_seq_pack_entry(void *dest, void *arg)
@@ -361,18 +459,19 @@ static size_t ucp_failover_seq_pack_entry(void *dest, void *arg)
     return entry->length;
 }
 
-/* Hand a retained message to the transport endpoint */
-static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_t *seq,
-                                             uct_ep_h tl_ep,
+/* Hand a retained message of @a st to the transport endpoint of @a seq_ep */
+static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_ep_t *seq_ep,
+                                             ucp_failover_seq_stream_t *st,
                                              ucp_failover_seq_entry_t *entry)
 {
-    ucp_failover_seq_ep_t *seq_ep = seq->seq_ep;
+    ucp_failover_seq_t *seq = seq_ep->seq;
+    uct_ep_h tl_ep          = ucp_failover_seq_tl_ep(seq_ep);
     ucs_status_t status;
     uint64_t header;
     uct_iov_t iov;
     ssize_t packed;
 
-    ucp_failover_seq_hdr_fill(seq, entry);
+    ucp_failover_seq_hdr_fill(seq, st, entry);
     if (entry->length <= seq_ep->max_short) {
         memcpy(&header, entry->data, sizeof(header));
         return uct_ep_am_short(tl_ep, UCP_AM_ID_FAILOVER_SEQ, header,
@@ -401,29 +500,93 @@ static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_t *seq,
     return status;
 }
 
-/* Send the messages retained but not handed to the transport yet, in order */
-static ucs_status_t ucp_failover_seq_send_backlog(ucp_failover_seq_ep_t *seq_ep)
+/* Whether @a st is a data stream whose lane is gone: the am lane's wrapper
+ * sends its backlog */
+static UCS_F_ALWAYS_INLINE int
+ucp_failover_seq_orphan(const ucp_failover_seq_stream_t *st)
+{
+    return (st != NULL) && (st->id != 0) && (st->seq_ep == NULL);
+}
+
+/* Whether @a seq_ep has messages retained but not handed to the transport:
+ * of its stream, and for the am lane's, of the orphaned data streams */
+static int ucp_failover_seq_has_backlog(ucp_failover_seq_ep_t *seq_ep)
 {
     ucp_failover_seq_t *seq = seq_ep->seq;
-    uct_ep_h tl_ep          = ucp_failover_seq_tl_ep(seq_ep);
+    uint8_t id;
+
+    if (seq_ep->stream->unsent != NULL) {
+        return 1;
+    }
+
+    if (seq_ep->stream->id != 0) {
+        return 0;
+    }
+
+    for (id = 1; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        if (ucp_failover_seq_orphan(seq->streams[id]) &&
+            (seq->streams[id]->unsent != NULL)) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+/* Send the messages of @a st retained but not handed to the transport yet,
+ * in order */
+static ucs_status_t
+ucp_failover_seq_send_stream_backlog(ucp_failover_seq_ep_t *seq_ep,
+                                     ucp_failover_seq_stream_t *st)
+{
     ucp_failover_seq_entry_t *entry;
     ucs_status_t status;
 
-    while ((entry = seq->unsent) != NULL) {
-        status = ucp_failover_seq_tl_send(seq, tl_ep, entry);
+    while ((entry = st->unsent) != NULL) {
+        status = ucp_failover_seq_tl_send(seq_ep, st, entry);
         if (status == UCS_ERR_NO_RESOURCE) {
             return status;
         } else if (UCS_STATUS_IS_ERR(status)) {
             /* the lane is failing: its failover sends the backlog again */
-            ucs_debug("ep %p: sequenced message %u not sent: %s", seq->ep,
-                      entry->sn, ucs_status_string(status));
+            ucs_debug("ep %p: sequenced message %u:%u not sent: %s",
+                      seq_ep->super.ucp_ep, st->id, entry->sn,
+                      ucs_status_string(status));
             return status;
         }
 
-        seq->unsent = (seq->retained.ptail == &entry->queue.next) ?
-                      NULL :
-                      ucs_container_of(entry->queue.next,
-                                       ucp_failover_seq_entry_t, queue);
+        if (seq_ep->dead) {
+            return UCS_ERR_CANCELED;
+        }
+
+        st->unsent = ucp_failover_seq_next(st, entry);
+    }
+
+    return UCS_OK;
+}
+
+/* The backlog of @a seq_ep: its stream's first (the order of stream 0), then
+ * the orphaned data streams' */
+static ucs_status_t ucp_failover_seq_send_backlog(ucp_failover_seq_ep_t *seq_ep)
+{
+    ucp_failover_seq_t *seq = seq_ep->seq;
+    ucs_status_t status;
+    uint8_t id;
+
+    status = ucp_failover_seq_send_stream_backlog(seq_ep, seq_ep->stream);
+    if ((status != UCS_OK) || (seq_ep->stream->id != 0)) {
+        return status;
+    }
+
+    for (id = 1; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        if (!ucp_failover_seq_orphan(seq->streams[id])) {
+            continue;
+        }
+
+        status = ucp_failover_seq_send_stream_backlog(seq_ep,
+                                                      seq->streams[id]);
+        if (status != UCS_OK) {
+            return status;
+        }
     }
 
     return UCS_OK;
@@ -465,7 +628,7 @@ static void ucp_failover_seq_kick(ucp_failover_seq_ep_t *seq_ep)
             }
         }
 
-        if (((seq_ep->seq->unsent == NULL) &&
+        if ((!ucp_failover_seq_has_backlog(seq_ep) &&
              (ucs_queue_is_empty(&seq_ep->pending) || seq_ep->window_full)) ||
             seq_ep->resume_queued) {
             goto out;
@@ -498,6 +661,13 @@ static ucs_status_t ucp_failover_seq_resume_progress(uct_pending_req_t *self)
                                                      resume);
 
     seq_ep->resume_queued = 0;
+    if (seq_ep->dead) {
+        /* a wrapper taken off a live transport endpoint while this request
+         * waited there (ucp_failover_seq_dissolve): its last reference */
+        uct_ep_destroy(&seq_ep->super.super);
+        return UCS_OK;
+    }
+
     ucp_failover_seq_kick(seq_ep);
     return UCS_OK;
 }
@@ -529,7 +699,7 @@ static UCS_F_ALWAYS_INLINE ucs_status_t
 ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
                          ucp_failover_seq_entry_t **entry_p)
 {
-    ucp_failover_seq_t *seq = seq_ep->seq;
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
 
     /* behind requests waiting: keep the order */
     if (ucs_unlikely(!ucs_queue_is_empty(&seq_ep->pending) &&
@@ -537,15 +707,15 @@ ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
         return ucp_failover_seq_decline(seq_ep);
     }
 
-    if (ucs_unlikely(seq->retained_bytes >= seq_ep->retain)) {
+    if (ucs_unlikely(st->retained_bytes >= seq_ep->retain)) {
         if (!seq_ep->window_full) {
-            ++seq->window_stalls;
+            ++st->window_stalls;
             seq_ep->window_full = 1;
         }
         return UCS_ERR_NO_RESOURCE;
     }
 
-    *entry_p = ucp_failover_seq_entry_alloc(seq, length);
+    *entry_p = ucp_failover_seq_entry_alloc(seq_ep->seq, length);
     if (*entry_p == NULL) {
         return UCS_ERR_NO_MEMORY;
     }
@@ -558,25 +728,27 @@ static void ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
                                     ucp_failover_seq_entry_t *entry,
                                     uint8_t am_id, size_t length)
 {
-    ucp_failover_seq_t *seq = seq_ep->seq;
+    ucp_failover_seq_t *seq       = seq_ep->seq;
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
     ucp_failover_seq_hdr_t hdr;
     ucs_status_t status;
 
     hdr.ep_id     = ucp_ep_remote_id(seq->ep);
-    hdr.sn        = seq->tx_next++;
+    hdr.sn        = st->tx_next++;
     hdr.ack       = 0;
     hdr.am_id     = am_id;
     hdr.flags     = 0;
+    hdr.stream    = st->id;
     entry->sn     = hdr.sn;
     entry->length = length + UCP_FAILOVER_SEQ_HDR_LEN;
     memcpy(entry->data + length, &hdr, sizeof(hdr));
 
-    ucs_queue_push(&seq->retained, &entry->queue);
-    seq->retained_bytes += entry->length;
-    seq->retained_max    = ucs_max(seq->retained_max, seq->retained_bytes);
-    ++seq->tx_msgs;
+    ucs_queue_push(&st->retained, &entry->queue);
+    st->retained_bytes += entry->length;
+    st->retained_max    = ucs_max(st->retained_max, st->retained_bytes);
+    ++st->tx_msgs;
 
-    if (seq->unsent != NULL) {
+    if (st->unsent != NULL) {
         /* after the messages not sent yet, which the queued resume request
          * sends when the transport has room */
         if (!seq_ep->dispatching && !seq_ep->resume_queued) {
@@ -586,8 +758,7 @@ static void ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
     }
 
     ++seq_ep->busy;
-    status = ucp_failover_seq_tl_send(seq, ucp_failover_seq_tl_ep(seq_ep),
-                                      entry);
+    status = ucp_failover_seq_tl_send(seq_ep, st, entry);
     --seq_ep->busy;
     if (seq_ep->dead) {
         return; /* the endpoint failed in the send */
@@ -595,13 +766,13 @@ static void ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
 
     if (status == UCS_ERR_NO_RESOURCE) {
         /* taken: it goes when the transport has room */
-        seq->unsent = entry;
+        st->unsent = entry;
         if (!seq_ep->dispatching) {
             ucp_failover_seq_kick(seq_ep);
         }
     } else if (UCS_STATUS_IS_ERR(status)) {
-        ucs_debug("ep %p: sequenced message %u not sent: %s", seq->ep,
-                  entry->sn, ucs_status_string(status));
+        ucs_debug("ep %p: sequenced message %u:%u not sent: %s", seq->ep,
+                  st->id, entry->sn, ucs_status_string(status));
     }
 }
 
@@ -746,7 +917,7 @@ static ucs_status_t ucp_failover_seq_ep_pending_add(uct_ep_h uct_ep,
     }
 
     if (!seq_ep->window_full && ucs_queue_is_empty(&seq_ep->pending) &&
-        (seq_ep->seq->unsent == NULL) && !seq_ep->resume_queued) {
+        !ucp_failover_seq_has_backlog(seq_ep) && !seq_ep->resume_queued) {
         /* nothing waits: the request waits for the transport */
         status = uct_ep_pending_add(ucp_failover_seq_tl_ep(seq_ep),
                                     &seq_ep->resume, 0);
@@ -770,9 +941,21 @@ typedef struct {
 static void ucp_failover_seq_purge_filter(uct_pending_req_t *req, void *arg)
 {
     ucp_failover_seq_purge_arg_t *purge = arg;
+    ucp_failover_seq_ep_t *other;
 
     if (req == &purge->seq_ep->resume) {
         purge->seq_ep->resume_queued = 0;
+        return;
+    }
+
+    if (req->func == ucp_failover_seq_resume_progress) {
+        /* the resume request of a wrapper taken off this transport endpoint
+         * while it waited here (ucp_failover_seq_dissolve) */
+        other                = ucs_container_of(req, ucp_failover_seq_ep_t,
+                                                resume);
+        other->resume_queued = 0;
+        ucs_assert(other->dead);
+        uct_ep_destroy(&other->super.super);
         return;
     }
 
@@ -813,7 +996,7 @@ static ucs_status_t ucp_failover_seq_ep_flush(uct_ep_h uct_ep, unsigned flags,
 
     if (!(flags & UCT_FLUSH_FLAG_CANCEL) &&
         ((!ucs_queue_is_empty(&seq_ep->pending) && !seq_ep->dispatching) ||
-         (seq_ep->seq->unsent != NULL))) {
+         ucp_failover_seq_has_backlog(seq_ep))) {
         return UCS_ERR_NO_RESOURCE;
     }
 
@@ -883,12 +1066,45 @@ static void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep,
     seq_ep->retain    = ep->worker->context->config.ext.multirail.retain;
 }
 
+/*
+ * The wrapper stops sending its stream (it is destroyed, or unwrapped while
+ * busy). A data stream is orphaned then: what it did not see acknowledged
+ * goes again, by the am lane's wrapper (its lane failed, or became the am
+ * lane; a fragment that arrives twice is dropped as a duplicate).
+ */
+static void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
+{
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+    ucp_failover_seq_entry_t *entry;
+
+    if ((seq_ep->seq != NULL) && (seq_ep->seq->seq_ep == seq_ep)) {
+        seq_ep->seq->seq_ep = NULL;
+    }
+
+    seq_ep->stream = NULL;
+    if ((st == NULL) || (st->seq_ep != seq_ep)) {
+        return;
+    }
+
+    st->seq_ep = NULL;
+    if (st->id == 0) {
+        return;
+    }
+
+    st->unsent = ucp_failover_seq_first_retained(st);
+    ucs_queue_for_each(entry, &st->retained, queue) {
+        ++st->tx_resent;
+    }
+}
+
 UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
-                    ucp_failover_seq_t *seq)
+                    ucp_failover_seq_t *seq, ucp_failover_seq_stream_t *st,
+                    ucp_lane_index_t lane)
 {
     UCS_CLASS_CALL_SUPER_INIT(ucp_proxy_ep_t, &ucp_failover_seq_ep_ops, ep,
                               tl_ep, 1);
     self->seq           = seq;
+    self->stream        = st;
     self->resume.func   = ucp_failover_seq_resume_progress;
     self->resume_queued = 0;
     self->window_full   = 0;
@@ -898,8 +1114,9 @@ UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
     self->busy          = 0;
     self->dead          = 0;
     self->failing       = 0;
-    ucp_failover_seq_ep_limits(self, ep, ucp_ep_get_am_lane(ep));
+    ucp_failover_seq_ep_limits(self, ep, lane);
     ucs_queue_head_init(&self->pending);
+    st->seq_ep          = self;
     return UCS_OK;
 }
 
@@ -912,16 +1129,16 @@ static UCS_CLASS_CLEANUP_FUNC(ucp_failover_seq_ep_t)
     uct_pending_queue_purge(priv, &self->pending, 1, ucp_ep_err_pending_purge,
                             UCS_STATUS_PTR(UCS_ERR_CANCELED));
     uct_worker_progress_unregister_safe(self->worker->uct, &self->dispatch_id);
-    if ((self->seq != NULL) && (self->seq->seq_ep == self)) {
-        self->seq->seq_ep = NULL;
-    }
+    ucp_failover_seq_ep_detach(self);
 }
 
 UCS_CLASS_DEFINE(ucp_failover_seq_ep_t, ucp_proxy_ep_t);
 static UCS_CLASS_DEFINE_NAMED_NEW_FUNC(ucp_failover_seq_ep_create,
                                        ucp_failover_seq_ep_t, uct_ep_t,
                                        ucp_ep_h, uct_ep_h,
-                                       ucp_failover_seq_t*);
+                                       ucp_failover_seq_t*,
+                                       ucp_failover_seq_stream_t*,
+                                       ucp_lane_index_t);
 static UCS_CLASS_DEFINE_NAMED_DELETE_FUNC(ucp_failover_seq_ep_destroy,
                                           ucp_failover_seq_ep_t, uct_ep_t);
 
@@ -953,16 +1170,106 @@ static void ucp_failover_seq_adopt_cb(uct_pending_req_t *req, void *arg)
     uct_pending_req_queue_push(&seq_ep->pending, req);
 }
 
+/* Whether @a tl_ep is a connected transport endpoint a wrapper can take */
+static int ucp_failover_seq_wrappable(uct_ep_h tl_ep)
+{
+    return (tl_ep != NULL) && (tl_ep != &ucp_failed_tl_ep) &&
+           !ucp_wireup_ep_test(tl_ep) && !ucp_proxy_ep_test(tl_ep);
+}
+
+/* Wrap the transport endpoint of @a lane to send stream @a st */
+static ucp_failover_seq_ep_t *
+ucp_failover_seq_wrap(ucp_ep_h ep, ucp_failover_seq_t *seq,
+                      ucp_failover_seq_stream_t *st, ucp_lane_index_t lane,
+                      int adopt)
+{
+    uct_ep_h tl_ep = ep->uct_eps[lane];
+    ucp_failover_seq_ep_t *seq_ep;
+    ucs_status_t status;
+    uct_ep_h uct_ep;
+
+    status = ucp_failover_seq_ep_create(ep, tl_ep, seq, st, lane, &uct_ep);
+    if (status != UCS_OK) {
+        ucs_error("ep %p: cannot create the sequencing endpoint of lane[%d]: "
+                  "%s", ep, lane, ucs_status_string(status));
+        return NULL;
+    }
+
+    seq_ep            = ucs_derived_of(uct_ep, ucp_failover_seq_ep_t);
+    ep->uct_eps[lane] = uct_ep;
+
+    /* am lane: requests already waiting on the transport wait here, in
+     * order. A data lane leaves them where they are (they are not ordered
+     * against anything, and purging a live UCT/TCP queue would drop its own
+     * connection events with them): they go unsequenced. */
+    if (adopt) {
+        uct_ep_pending_purge(tl_ep, ucp_failover_seq_adopt_cb, seq_ep);
+    }
+    return seq_ep;
+}
+
+/* Whether @a lane carries active-message fragments besides the am lane */
+static int ucp_failover_seq_is_data_lane(ucp_ep_h ep, ucp_lane_index_t lane)
+{
+    const ucp_ep_config_key_t *key = &ucp_ep_config(ep)->key;
+    int i;
+
+    if (lane == key->am_lane) {
+        return 0;
+    }
+
+    for (i = 0; (i < UCP_MAX_LANES) && (key->am_bw_lanes[i] != UCP_NULL_LANE);
+         ++i) {
+        if (key->am_bw_lanes[i] == lane) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+/* Data lanes get a wrapper each (once the am lane has its own) */
+static void ucp_failover_seq_wrap_data_lanes(ucp_ep_h ep, ucp_failover_seq_t *seq)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_failover_seq_stream_t *st;
+    ucp_failover_seq_ep_t *seq_ep;
+    ucp_lane_index_t lane;
+
+    for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+        if ((fo->failed_lanes & UCS_BIT(lane)) ||
+            !ucp_failover_seq_is_data_lane(ep, lane) ||
+            !ucp_failover_seq_wrappable(ep->uct_eps[lane])) {
+            continue;
+        }
+
+        st = ucp_failover_seq_stream_get(seq, lane + 1);
+        if ((st == NULL) || (st->seq_ep != NULL)) {
+            continue;
+        }
+
+        seq_ep = ucp_failover_seq_wrap(ep, seq, st, lane, 0);
+        if (seq_ep == NULL) {
+            continue;
+        }
+
+        ucs_debug("ep %p: data lane[%d] sequenced as stream %u from message "
+                  "%u", ep, lane, st->id, st->tx_next);
+        /* its backlog of an earlier failure goes on this lane now */
+        if (!ucs_queue_is_empty(&seq_ep->pending) || (st->unsent != NULL)) {
+            ucp_failover_seq_kick(seq_ep);
+        }
+    }
+}
+
 void ucp_failover_seq_ep_connected(ucp_ep_h ep)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_failover_seq_ep_t *seq_ep;
     ucp_lane_index_t am_lane;
     ucp_failover_seq_t *seq;
-    ucs_status_t status;
-    uct_ep_h tl_ep, seq_ep;
 
     if (!(fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) ||
-        ((fo->seq != NULL) && (fo->seq->seq_ep != NULL)) ||
         ((ep->flags & (UCP_EP_FLAG_REMOTE_ID | UCP_EP_FLAG_FAILED |
                        UCP_EP_FLAG_CLOSED | UCP_EP_FLAG_REMOTE_CONNECTED)) !=
          (UCP_EP_FLAG_REMOTE_ID | UCP_EP_FLAG_REMOTE_CONNECTED)) ||
@@ -970,14 +1277,14 @@ void ucp_failover_seq_ep_connected(ucp_ep_h ep)
         return;
     }
 
-    am_lane = ucp_ep_get_am_lane(ep);
-    if ((am_lane == UCP_NULL_LANE) || (fo->failed_lanes & UCS_BIT(am_lane))) {
+    if ((fo->seq != NULL) && (fo->seq->seq_ep != NULL)) {
+        ucp_failover_seq_wrap_data_lanes(ep, fo->seq);
         return;
     }
 
-    tl_ep = ep->uct_eps[am_lane];
-    if ((tl_ep == NULL) || (tl_ep == &ucp_failed_tl_ep) ||
-        ucp_wireup_ep_test(tl_ep) || ucp_proxy_ep_test(tl_ep)) {
+    am_lane = ucp_ep_get_am_lane(ep);
+    if ((am_lane == UCP_NULL_LANE) || (fo->failed_lanes & UCS_BIT(am_lane)) ||
+        !ucp_failover_seq_wrappable(ep->uct_eps[am_lane])) {
         return; /* not connected yet: a later call installs it */
     }
 
@@ -986,29 +1293,62 @@ void ucp_failover_seq_ep_connected(ucp_ep_h ep)
         return;
     }
 
-    status = ucp_failover_seq_ep_create(ep, tl_ep, seq, &seq_ep);
-    if (status != UCS_OK) {
-        ucs_error("ep %p: cannot create the sequencing endpoint: %s", ep,
-                  ucs_status_string(status));
+    seq_ep = ucp_failover_seq_wrap(ep, seq, &seq->main, am_lane, 1);
+    if (seq_ep == NULL) {
         return;
     }
 
-    seq->seq_ep          = ucs_derived_of(seq_ep, ucp_failover_seq_ep_t);
-    ep->uct_eps[am_lane] = seq_ep;
+    seq->seq_ep = seq_ep;
     ucs_debug("ep %p: am lane[%d] sequenced from message %u", ep, am_lane,
-              seq->tx_next);
-
-    /* requests already waiting on the transport wait here, in order */
-    uct_ep_pending_purge(tl_ep, ucp_failover_seq_adopt_cb, seq->seq_ep);
-    if (!ucs_queue_is_empty(&seq->seq_ep->pending)) {
-        ucp_failover_seq_kick(seq->seq_ep);
+              seq->main.tx_next);
+    if (!ucs_queue_is_empty(&seq_ep->pending)) {
+        ucp_failover_seq_kick(seq_ep);
     }
+
+    ucp_failover_seq_wrap_data_lanes(ep, seq);
 }
 
 static unsigned ucp_failover_seq_ep_release(void *arg)
 {
     uct_ep_destroy(arg);
     return 1;
+}
+
+/*
+ * Take a data lane's wrapper off its transport endpoint, which stays in use
+ * (it becomes the am lane's): the requests waiting in the wrapper go to
+ * @a replay_q, its stream is orphaned. Its resume request may wait in the
+ * transport's queue, which is not purged (that would drop UCT/TCP's own
+ * queued connection events): the wrapper is then freed when the transport
+ * dispatches the request, or when a later purge of that queue finds it.
+ */
+static uct_ep_h ucp_failover_seq_dissolve(ucp_failover_seq_ep_t *seq_ep,
+                                          ucs_queue_head_t *replay_q)
+{
+    uct_ep_h uct_ep          = &seq_ep->super.super;
+    uct_worker_cb_id_t cb_id = UCS_CALLBACKQ_ID_NULL;
+    uct_pending_req_priv_queue_t *priv;
+    uct_ep_h tl_ep;
+
+    uct_pending_queue_purge(priv, &seq_ep->pending, 1,
+                            ucp_request_purge_enqueue_cb, replay_q);
+    if (!seq_ep->resume_queued && (seq_ep->busy == 0)) {
+        return ucp_failover_seq_unwrap(uct_ep);
+    }
+
+    tl_ep        = ucp_proxy_ep_extract(uct_ep);
+    seq_ep->dead = 1;
+    ucp_failover_seq_ep_detach(seq_ep);
+    seq_ep->seq  = NULL;
+    uct_worker_progress_unregister_safe(seq_ep->worker->uct,
+                                        &seq_ep->dispatch_id);
+    if (!seq_ep->resume_queued) {
+        /* busy in its own call: freed from progress */
+        uct_worker_progress_register_safe(seq_ep->worker->uct,
+                                          ucp_failover_seq_ep_release, uct_ep,
+                                          UCS_CALLBACKQ_FLAG_ONESHOT, &cb_id);
+    }
+    return tl_ep;
 }
 
 uct_ep_h ucp_failover_seq_unwrap(uct_ep_h uct_ep)
@@ -1029,11 +1369,10 @@ uct_ep_h ucp_failover_seq_unwrap(uct_ep_h uct_ep)
     }
 
     /* unwrapped from inside its own send (the transport failed the send
-     * and the endpoint failed): detached now, freed from progress */
+     * and the endpoint or the lane failed): detached now, freed from
+     * progress */
     seq_ep->dead = 1;
-    if (seq_ep->seq->seq_ep == seq_ep) {
-        seq_ep->seq->seq_ep = NULL;
-    }
+    ucp_failover_seq_ep_detach(seq_ep);
     seq_ep->seq = NULL;
     uct_worker_progress_unregister_safe(seq_ep->worker->uct,
                                         &seq_ep->dispatch_id);
@@ -1043,37 +1382,54 @@ uct_ep_h ucp_failover_seq_unwrap(uct_ep_h uct_ep)
     return tl_ep;
 }
 
-void ucp_failover_seq_cleanup(ucp_ep_h ep)
+static void ucp_failover_seq_stream_cleanup(ucp_failover_seq_stream_t *st)
 {
-    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
-    ucp_failover_seq_t *seq = fo->seq;
     ucp_failover_seq_entry_t *entry;
     ucp_failover_seq_held_t *held, *tmp;
 
-    if (seq == NULL) {
-        return;
-    }
-
-    if (seq->seq_ep != NULL) {
-        /* its lanes were not destroyed (an error path): keep the state */
-        ucs_warn("ep %p: sequencing endpoint %p outlives the endpoint", ep,
-                 seq->seq_ep);
-        return;
-    }
-
-    ucs_queue_for_each_extract(entry, &seq->retained, queue, 1) {
+    ucs_queue_for_each_extract(entry, &st->retained, queue, 1) {
         entry->seq = NULL; /* not cached */
         if (entry->comp.count == 0) {
             ucp_failover_seq_entry_free(entry);
         } /* else its completion frees it */
     }
 
-    ucs_queue_for_each_extract(entry, &seq->cache, queue, 1) {
-        ucs_free(entry);
+    ucs_list_for_each_safe(held, tmp, &st->held, list) {
+        ucs_free(held);
+    }
+}
+
+void ucp_failover_seq_cleanup(ucp_ep_h ep)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_failover_seq_t *seq = fo->seq;
+    ucp_failover_seq_entry_t *entry;
+    uint8_t id;
+
+    if (seq == NULL) {
+        return;
     }
 
-    ucs_list_for_each_safe(held, tmp, &seq->held, list) {
-        ucs_free(held);
+    for (id = 0; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        if ((seq->streams[id] != NULL) && (seq->streams[id]->seq_ep != NULL)) {
+            /* its lanes were not destroyed (an error path): keep the state */
+            ucs_warn("ep %p: sequencing endpoint %p outlives the endpoint", ep,
+                     seq->streams[id]->seq_ep);
+            return;
+        }
+    }
+
+    for (id = 0; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        if (seq->streams[id] != NULL) {
+            ucp_failover_seq_stream_cleanup(seq->streams[id]);
+            if (id != 0) {
+                ucs_free(seq->streams[id]);
+            }
+        }
+    }
+
+    ucs_queue_for_each_extract(entry, &seq->cache, queue, 1) {
+        ucs_free(entry);
     }
 
     ucs_free(seq);
@@ -1110,26 +1466,31 @@ static unsigned ucp_failover_seq_deferred_error(void *arg)
 int ucp_failover_seq_defer_error(ucp_ep_h ep, ucp_lane_index_t lane,
                                  ucs_status_t status)
 {
-    ucp_failover_seq_t *seq  = ucp_failover_ep(ep)->seq;
     uct_worker_cb_id_t cb_id = UCS_CALLBACKQ_ID_NULL;
     ucp_failover_seq_deferred_t *d;
+    ucp_failover_seq_ep_t *seq_ep;
 
-    if ((seq == NULL) || (seq->seq_ep == NULL) || (seq->seq_ep->busy == 0) ||
-        (lane != ucp_ep_get_am_lane(ep))) {
+    if ((ucp_failover_ep(ep)->seq == NULL) || (lane >= ucp_ep_num_lanes(ep)) ||
+        !ucp_failover_seq_ep_test(ep->uct_eps[lane])) {
         return 0;
     }
 
-    /* The am lane failed inside the wrapper's own send (the transport
-     * reported it synchronously): moving the wrapper and replaying its
-     * waiting requests now would let them overtake the request being sent.
-     * Fail the lane over from progress; meanwhile what is sent is retained
-     * and sent again then. */
+    seq_ep = ucs_derived_of(ep->uct_eps[lane], ucp_failover_seq_ep_t);
+    if ((seq_ep->busy == 0) || seq_ep->dead) {
+        return 0;
+    }
+
+    /* The lane failed inside its wrapper's own send (the transport reported
+     * it synchronously): moving or dropping the wrapper and replaying its
+     * waiting requests now would let them overtake the request being sent,
+     * and free the wrapper under its own call. Fail the lane over from
+     * progress; meanwhile what is sent is retained and sent again then. */
     d = ucs_malloc(sizeof(*d), "failover_seq_deferred");
     if (d == NULL) {
         return 0;
     }
 
-    seq->seq_ep->failing = 1;
+    seq_ep->failing = 1;
 
     d->worker = ep->worker;
     d->ep_id  = ucp_ep_local_id(ep);
@@ -1155,15 +1516,19 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
     ucp_failover_seq_t *seq       = ucp_failover_ep(ep)->seq;
     ucp_failover_seq_ep_t *seq_ep = seq->seq_ep;
     ucp_lane_index_t new_lane     = ucp_ep_get_am_lane(ep);
+    ucp_failover_seq_stream_t *st;
+    ucp_failover_seq_ep_t *data_ep;
     ucp_failover_seq_entry_t *entry;
     uct_pending_req_priv_queue_t *priv;
     ucp_failover_seq_purge_arg_t purge;
     UCS_STRING_BUFFER_ONSTACK(desc, 128);
     uct_ep_h old_tl_ep;
     unsigned count = 0;
+    unsigned orphans = 0;
+    ucp_failover_seq_stream_t *dissolved = NULL;
+    uint8_t id;
 
     ucs_assert(ep->uct_eps[old_lane] == &seq_ep->super.super);
-    ucs_assert(!ucp_failover_seq_ep_test(ep->uct_eps[new_lane]));
 
     /* the requests pending on the old lane, then those that waited for the
      * window, are sent again by the caller, after the retained messages */
@@ -1178,6 +1543,15 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
     seq_ep->window_full   = 0;
     seq_ep->failing       = 0;
 
+    /* the new am lane was a data lane: its stream loses its wrapper (and
+     * goes again on the new am lane), its requests are sent again too */
+    if (ucp_failover_seq_ep_test(ep->uct_eps[new_lane])) {
+        data_ep               = ucs_derived_of(ep->uct_eps[new_lane],
+                                               ucp_failover_seq_ep_t);
+        dissolved             = data_ep->stream;
+        ep->uct_eps[new_lane] = ucp_failover_seq_dissolve(data_ep, replay_q);
+    }
+
     /* the sequencing endpoint takes the new lane's transport endpoint; the
      * caller discards the old one */
     ucp_proxy_ep_set_uct_ep(&seq_ep->super, ep->uct_eps[new_lane], 1,
@@ -1188,7 +1562,7 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
 
 
     /* everything not acknowledged goes again, first, in order */
-    ucs_queue_for_each(entry, &seq->retained, queue) {
+    ucs_queue_for_each(entry, &seq->main.retained, queue) {
         ++count;
     }
 
@@ -1196,32 +1570,58 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
      * may be lost with it (the peer's retained messages then fill its
      * window, and it waits for good). Acknowledge again on the new lane:
      * the messages sent again carry it, else an ack-only message does. */
-    seq->ack_again  = 1;
-    seq->tx_resent += count;
-    seq->unsent     = ucs_queue_is_empty(&seq->retained) ? NULL :
-                      ucs_queue_head_elem_non_empty(&seq->retained,
-                                                    ucp_failover_seq_entry_t,
-                                                    queue);
+    seq->main.ack_again  = 1;
+    seq->main.tx_resent += count;
+    seq->main.unsent     = ucp_failover_seq_first_retained(&seq->main);
+
+    /* so do the data streams' acknowledgements, and the data streams
+     * without a lane of their own sent what they hold on the old lane */
+    for (id = 1; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        st = seq->streams[id];
+        if (st == NULL) {
+            continue;
+        }
+
+        st->ack_again = 1;
+        if (ucp_failover_seq_orphan(st) && !ucs_queue_is_empty(&st->retained)) {
+            st->unsent = ucp_failover_seq_first_retained(st);
+            ucs_queue_for_each(entry, &st->retained, queue) {
+                /* (a stream orphaned just now counted them already) */
+                st->tx_resent += (st != dissolved);
+                ++orphans;
+            }
+        }
+    }
+
     ucs_string_buffer_appendf(&desc, "lane[%d] ", old_lane);
     ucp_ep_get_lane_info_str(ep, old_lane, &desc);
     ucs_string_buffer_appendf(&desc, " to lane[%d] ", new_lane);
     ucp_ep_get_lane_info_str(ep, new_lane, &desc);
     ucs_info("ep %p: am lane moved from %s; %u message(s) not acknowledged "
-             "are sent again (%u..%u)", ep, ucs_string_buffer_cstr(&desc),
-             count, (seq->unsent != NULL) ? seq->unsent->sn : 0,
-             seq->tx_next - 1);
+             "are sent again (%u..%u), and %u data fragment(s)", ep,
+             ucs_string_buffer_cstr(&desc), count,
+             (seq->main.unsent != NULL) ? seq->main.unsent->sn : 0,
+             seq->main.tx_next - 1, orphans);
     return old_tl_ep;
 }
 
 void ucp_failover_seq_resend(ucp_ep_h ep)
 {
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+    ucp_failover_seq_stream_t *st;
+    uint8_t id;
 
-    if ((seq != NULL) && (seq->seq_ep != NULL)) {
-        ucp_failover_seq_kick(seq->seq_ep);
-        if (seq->ack_again) {
+    if ((seq == NULL) || (seq->seq_ep == NULL)) {
+        return;
+    }
+
+    ucp_failover_seq_kick(seq->seq_ep);
+    for (id = 0; (id < UCP_FAILOVER_SEQ_STREAMS) && (seq->seq_ep != NULL);
+         ++id) {
+        st = seq->streams[id];
+        if ((st != NULL) && st->ack_again) {
             /* nothing carried it: on its own (else the next probe round) */
-            ucp_failover_seq_send_ack(seq);
+            ucp_failover_seq_send_ack(seq, st);
         }
     }
 }
@@ -1230,7 +1630,8 @@ void ucp_failover_seq_resend(ucp_ep_h ep)
  * Receiving
  */
 
-static ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq)
+static ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq,
+                                              ucp_failover_seq_stream_t *st)
 {
     ucp_ep_h ep = seq->ep;
     ucp_failover_seq_hdr_t hdr;
@@ -1253,22 +1654,23 @@ static ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq)
         return UCS_ERR_NOT_CONNECTED;
     }
 
-    hdr.ep_id = ucp_ep_remote_id(ep);
-    hdr.sn    = 0;
-    hdr.ack   = ucp_failover_seq_rx_delivered(seq);
-    hdr.am_id = 0;
-    hdr.flags = UCP_FAILOVER_SEQ_FLAG_ACK_ONLY;
-    status    = uct_ep_am_short(uct_ep, UCP_AM_ID_FAILOVER_SEQ, hdr.ep_id,
-                                UCS_PTR_BYTE_OFFSET(&hdr, sizeof(hdr.ep_id)),
-                                sizeof(hdr) - sizeof(hdr.ep_id));
+    hdr.ep_id  = ucp_ep_remote_id(ep);
+    hdr.sn     = 0;
+    hdr.ack    = ucp_failover_seq_rx_delivered(st);
+    hdr.am_id  = 0;
+    hdr.flags  = UCP_FAILOVER_SEQ_FLAG_ACK_ONLY;
+    hdr.stream = st->id;
+    status     = uct_ep_am_short(uct_ep, UCP_AM_ID_FAILOVER_SEQ, hdr.ep_id,
+                                 UCS_PTR_BYTE_OFFSET(&hdr, sizeof(hdr.ep_id)),
+                                 sizeof(hdr) - sizeof(hdr.ep_id));
     if (status == UCS_OK) {
-        seq->rx_ack_sent      = hdr.ack;
-        seq->rx_unacked_bytes = 0;
-        seq->ack_again        = 0;
-        ++seq->acks_sent;
+        st->rx_ack_sent      = hdr.ack;
+        st->rx_unacked_bytes = 0;
+        st->ack_again        = 0;
+        ++st->acks_sent;
     } else {
-        ++seq->acks_unsent;
-        seq->ack_status = status;
+        ++st->acks_unsent;
+        st->ack_status = status;
     }
 
     return status;
@@ -1277,20 +1679,29 @@ static ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq)
 void ucp_failover_seq_round(ucp_ep_h ep)
 {
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+    ucp_failover_seq_stream_t *st;
+    uint8_t id;
 
     if (seq == NULL) {
         return;
     }
 
-    /* acknowledgements not sent yet, and a backlog that waits for a lane */
-    if ((seq->rx_ack_sent != ucp_failover_seq_rx_delivered(seq)) ||
-        seq->ack_again) {
-        ucp_failover_seq_send_ack(seq);
-    }
+    /* acknowledgements not sent yet, and backlogs that wait for a lane */
+    for (id = 0; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        st = seq->streams[id];
+        if (st == NULL) {
+            continue;
+        }
 
-    if ((seq->seq_ep != NULL) &&
-        ((seq->unsent != NULL) || !ucs_queue_is_empty(&seq->seq_ep->pending))) {
-        ucp_failover_seq_kick(seq->seq_ep);
+        if (ucp_failover_seq_ack_owed(st)) {
+            ucp_failover_seq_send_ack(seq, st);
+        }
+
+        if ((st->seq_ep != NULL) && !st->seq_ep->dead &&
+            (ucp_failover_seq_has_backlog(st->seq_ep) ||
+             !ucs_queue_is_empty(&st->seq_ep->pending))) {
+            ucp_failover_seq_kick(st->seq_ep);
+        }
     }
 }
 
@@ -1311,14 +1722,15 @@ static ucs_status_t ucp_failover_seq_deliver(ucp_worker_h worker, uint8_t id,
 }
 
 static void ucp_failover_seq_hold(ucp_failover_seq_t *seq,
+                                  ucp_failover_seq_stream_t *st,
                                   const ucp_failover_seq_hdr_t *hdr,
                                   const void *data, size_t length)
 {
     ucp_failover_seq_held_t *held, *pos;
 
-    ucs_list_for_each(pos, &seq->held, list) {
+    ucs_list_for_each(pos, &st->held, list) {
         if (pos->sn == hdr->sn) {
-            ++seq->rx_dups; /* held already */
+            ++st->rx_dups; /* held already */
             return;
         }
     }
@@ -1326,8 +1738,8 @@ static void ucp_failover_seq_hold(ucp_failover_seq_t *seq,
     held = ucs_malloc(sizeof(*held) + length, "failover_seq_held");
     if (held == NULL) {
         /* dropped: the sender sends it again only after a failover */
-        ucs_error("ep %p: no memory to hold back message %u", seq->ep,
-                  hdr->sn);
+        ucs_error("ep %p: no memory to hold back message %u:%u", seq->ep,
+                  st->id, hdr->sn);
         return;
     }
 
@@ -1335,35 +1747,36 @@ static void ucp_failover_seq_hold(ucp_failover_seq_t *seq,
     held->am_id  = hdr->am_id;
     held->length = length;
     memcpy(held->data, data, length);
-    ++seq->rx_held;
+    ++st->rx_held;
 
     /* in order of numbers */
-    ucs_list_for_each(pos, &seq->held, list) {
+    ucs_list_for_each(pos, &st->held, list) {
         if ((int32_t)(pos->sn - held->sn) > 0) {
             ucs_list_insert_before(&pos->list, &held->list);
             return;
         }
     }
 
-    ucs_list_add_tail(&seq->held, &held->list);
+    ucs_list_add_tail(&st->held, &held->list);
 }
 
-static void ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq)
+static void ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq,
+                                          ucp_failover_seq_stream_t *st)
 {
     ucp_worker_h worker = seq->ep->worker;
     ucp_failover_seq_held_t *held;
     ucs_status_t status;
 
-    while (!ucs_list_is_empty(&seq->held)) {
-        held = ucs_list_head(&seq->held, ucp_failover_seq_held_t, list);
-        if (held->sn != seq->rx_next) {
+    while (!ucs_list_is_empty(&st->held)) {
+        held = ucs_list_head(&st->held, ucp_failover_seq_held_t, list);
+        if (held->sn != st->rx_next) {
             break;
         }
 
         ucs_list_del(&held->list);
-        ++seq->rx_next;
-        ++seq->rx_msgs;
-        seq->rx_unacked_bytes += held->length;
+        ++st->rx_next;
+        ++st->rx_msgs;
+        st->rx_unacked_bytes += held->length;
         status = ucp_failover_seq_deliver(worker, held->am_id, held->data,
                                           held->length, 0);
         ucs_assert(status != UCS_INPROGRESS);
@@ -1371,17 +1784,19 @@ static void ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq)
     }
 }
 
-ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
-                                 size_t length, unsigned flags,
-                                 ucp_failover_seq_t **seq_p)
+static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
+                                        size_t length, unsigned flags,
+                                        ucp_failover_seq_t **seq_p,
+                                        ucp_failover_seq_stream_t **st_p)
 {
     ucp_failover_seq_hdr_t hdr;
+    ucp_failover_seq_stream_t *st;
     ucp_failover_seq_t *seq;
     ucs_status_t status;
     ucp_ep_h ep;
     int32_t diff;
 
-    *seq_p = NULL;
+    *st_p = NULL;
     if (length < UCP_FAILOVER_SEQ_HDR_LEN) {
         ucs_diag("worker %p: ignoring sequenced message of %zu bytes", worker,
                  length);
@@ -1395,52 +1810,62 @@ ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
         /* the endpoint is gone: a sequenced message can be one sent again
          * after a failover, which it may have delivered already */
         if (!(hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY)) {
-            ucs_diag("worker %p: dropping sequenced message %u (id %d) for "
-                     "endpoint 0x%" PRIx64 ", which is gone", worker, hdr.sn,
-                     hdr.am_id, hdr.ep_id);
+            ucs_diag("worker %p: dropping sequenced message %u:%u (id %d) "
+                     "for endpoint 0x%" PRIx64 ", which is gone", worker,
+                     hdr.stream, hdr.sn, hdr.am_id, hdr.ep_id);
         }
         return UCS_OK;
     }
 
+    if (hdr.stream >= UCP_FAILOVER_SEQ_STREAMS) {
+        ucs_diag("ep %p: dropping sequenced message %u of unknown stream %u",
+                 ep, hdr.sn, hdr.stream);
+        return UCS_OK;
+    }
+
     seq = ucp_failover_seq_get(ep);
-    if (seq == NULL) {
-        return ucp_failover_seq_deliver(worker, hdr.am_id, data, length,
+    st  = (seq == NULL) ? NULL : ucp_failover_seq_stream_get(seq, hdr.stream);
+    if (st == NULL) {
+        /* no memory (logged): delivered as it comes */
+        return (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) ? UCS_OK :
+               ucp_failover_seq_deliver(worker, hdr.am_id, data, length,
                                         flags);
     }
 
-    if ((int32_t)(hdr.ack - seq->tx_acked) > 0) {
-        seq->tx_acked = hdr.ack;
-    }
+    *seq_p = seq;
 
-    ucp_failover_seq_release(seq, hdr.ack);
     if (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) {
+        ucp_failover_seq_release(st, hdr.ack);
         return UCS_OK;
     }
 
-    diff = (int32_t)(hdr.sn - seq->rx_next);
+    /* a message of any stream acknowledges stream 0 */
+    ucp_failover_seq_release(&seq->main, hdr.ack);
+
+    diff = (int32_t)(hdr.sn - st->rx_next);
     if (diff < 0) {
         /* delivered already (sent again after a failover) */
-        ++seq->rx_dups;
-        *seq_p = seq;
+        ++st->rx_dups;
+        *st_p = st;
         return UCS_OK;
     } else if (diff > 0) {
-        ucp_failover_seq_hold(seq, &hdr, data, length);
+        ucp_failover_seq_hold(seq, st, &hdr, data, length);
         return UCS_OK;
     }
 
-    ++seq->rx_next;
-    ++seq->rx_msgs;
-    seq->rx_unacked_bytes += length;
+    ++st->rx_next;
+    ++st->rx_msgs;
+    st->rx_unacked_bytes += length;
     status = ucp_failover_seq_deliver(worker, hdr.am_id, data, length, flags);
-    if (ucs_unlikely(!ucs_list_is_empty(&seq->held))) {
-        ucp_failover_seq_deliver_held(seq);
+    if (ucs_unlikely(!ucs_list_is_empty(&st->held))) {
+        ucp_failover_seq_deliver_held(seq, st);
     }
 
     if ((hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ) ||
-        ((ucp_failover_seq_rx_delivered(seq) - seq->rx_ack_sent) >=
+        ((ucp_failover_seq_rx_delivered(st) - st->rx_ack_sent) >=
          UCP_FAILOVER_SEQ_ACK_MSGS) ||
-        (seq->rx_unacked_bytes >= UCP_FAILOVER_SEQ_ACK_BYTES)) {
-        *seq_p = seq;
+        (st->rx_unacked_bytes >= UCP_FAILOVER_SEQ_ACK_BYTES)) {
+        *st_p = st;
     }
 
     return status;
@@ -1450,13 +1875,14 @@ static ucs_status_t
 ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
 {
     ucp_worker_h worker = arg;
+    ucp_failover_seq_stream_t *st;
     ucp_failover_seq_t *seq;
     ucs_status_t status;
 
-    status = ucp_failover_seq_rx(worker, data, length, flags, &seq);
-    if (seq != NULL) {
+    status = ucp_failover_seq_rx(worker, data, length, flags, &seq, &st);
+    if (st != NULL) {
         /* a batch, a request, or a duplicate (the sender's acks were lost) */
-        ucp_failover_seq_send_ack(seq);
+        ucp_failover_seq_send_ack(seq, st);
     }
 
     return status;
@@ -1475,8 +1901,9 @@ static void ucp_failover_seq_dump(ucp_worker_h worker,
     }
 
     memcpy(&hdr, UCS_PTR_BYTE_OFFSET(data, length - sizeof(hdr)), sizeof(hdr));
-    snprintf(buffer, max, "FAILOVER_SEQ ep 0x%" PRIx64 " sn %u ack %u id %d "
-             "flags 0x%x", hdr.ep_id, hdr.sn, hdr.ack, hdr.am_id, hdr.flags);
+    snprintf(buffer, max, "FAILOVER_SEQ ep 0x%" PRIx64 " stream %u sn %u ack "
+             "%u id %d flags 0x%x", hdr.ep_id, hdr.stream, hdr.sn, hdr.ack,
+             hdr.am_id, hdr.flags);
 }
 
 UCP_DEFINE_AM(UINT64_MAX, UCP_AM_ID_FAILOVER_SEQ, ucp_failover_seq_handler,
@@ -1519,7 +1946,7 @@ uint32_t ucp_failover_seq_rx_expected(ucp_ep_h ep)
 {
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
 
-    return (seq == NULL) ? 0 : seq->rx_next;
+    return (seq == NULL) ? 0 : seq->main.rx_next;
 }
 
 size_t ucp_failover_seq_hdr_len(void)
@@ -1530,7 +1957,7 @@ size_t ucp_failover_seq_hdr_len(void)
 void ucp_failover_seq_pack_hdr(void *dest, uint64_t ep_id, uint32_t sn,
                                uint8_t am_id)
 {
-    ucp_failover_seq_hdr_t hdr = {ep_id, sn, 0, am_id, 0};
+    ucp_failover_seq_hdr_t hdr = {ep_id, sn, 0, am_id, 0, 0};
 
     memcpy(dest, &hdr, sizeof(hdr));
 }
@@ -1538,12 +1965,15 @@ void ucp_failover_seq_pack_hdr(void *dest, uint64_t ep_id, uint32_t sn,
 void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
 {
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+    ucp_failover_seq_stream_t *st;
+    uint8_t id;
 
     if (seq == NULL) {
         ucs_string_buffer_appendf(strb, "not sequenced");
         return;
     }
 
+    st = &seq->main;
     ucs_string_buffer_appendf(strb,
                               "sequenced %s: sent %" PRIu64 " (%" PRIu64
                               " sent again, %zu bytes retained, at most %zu, "
@@ -1551,25 +1981,22 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                               " duplicate(s), %" PRIu64 " held back), %" PRIu64
                               " ack(s) sent alone",
                               (seq->seq_ep != NULL) ? "on" : "off",
-                              seq->tx_msgs, seq->tx_resent,
-                              seq->retained_bytes, seq->retained_max,
-                              seq->window_stalls, seq->rx_msgs, seq->rx_dups,
-                              seq->rx_held, seq->acks_sent);
+                              st->tx_msgs, st->tx_resent, st->retained_bytes,
+                              st->retained_max, st->window_stalls, st->rx_msgs,
+                              st->rx_dups, st->rx_held, st->acks_sent);
 
     /* where the sequence stands (a stalled endpoint shows why) */
     ucs_string_buffer_appendf(strb, "; next %u, acknowledged up to %u, "
                               "oldest unacknowledged %u, first unsent %u, "
                               "expecting %u, acknowledged to the peer up to "
                               "%u, %" PRIu64 " ack(s) not taken (%s), %zu "
-                              "held", seq->tx_next, seq->tx_acked,
-                              ucs_queue_is_empty(&seq->retained) ? 0 :
-                              ucs_queue_head_elem_non_empty(
-                                      &seq->retained, ucp_failover_seq_entry_t,
-                                      queue)->sn,
-                              (seq->unsent != NULL) ? seq->unsent->sn : 0,
-                              seq->rx_next, seq->rx_ack_sent, seq->acks_unsent,
-                              ucs_status_string(seq->ack_status),
-                              ucs_list_length(&seq->held));
+                              "held", st->tx_next, st->tx_acked,
+                              ucs_queue_is_empty(&st->retained) ? 0 :
+                              ucp_failover_seq_first_retained(st)->sn,
+                              (st->unsent != NULL) ? st->unsent->sn : 0,
+                              st->rx_next, st->rx_ack_sent, st->acks_unsent,
+                              ucs_status_string(st->ack_status),
+                              ucs_list_length(&st->held));
     if (seq->seq_ep != NULL) {
         ucs_string_buffer_appendf(strb, "; %zu request(s) waiting%s%s%s%s",
                                   ucs_queue_length(&seq->seq_ep->pending),
@@ -1579,5 +2006,26 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                                   ", resume queued" : "",
                                   seq->seq_ep->failing ? ", failing" : "",
                                   seq->seq_ep->dead ? ", dead" : "");
+    }
+
+    /* data streams: fragments striped over the other lanes */
+    for (id = 1; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        st = seq->streams[id];
+        if (st == NULL) {
+            continue;
+        }
+
+        ucs_string_buffer_appendf(strb, "; data stream %u (%s): sent %" PRIu64
+                                  " (%" PRIu64 " sent again, %zu bytes "
+                                  "retained, at most %zu, %u stall(s)), "
+                                  "received %" PRIu64 " (%" PRIu64
+                                  " duplicate(s), %" PRIu64 " held back), %"
+                                  PRIu64 " ack(s)", id,
+                                  (st->seq_ep != NULL) ?
+                                  "on its lane" : "via the am lane",
+                                  st->tx_msgs, st->tx_resent,
+                                  st->retained_bytes, st->retained_max,
+                                  st->window_stalls, st->rx_msgs, st->rx_dups,
+                                  st->rx_held, st->acks_sent);
     }
 }

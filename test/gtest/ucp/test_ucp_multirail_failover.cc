@@ -483,6 +483,17 @@ protected:
      * is a connected UCT/TCP endpoint */
     /* the TCP endpoint of a lane (under the am lane's sequencing endpoint),
      * or NULL while wireup still holds the lane */
+    /* the transport endpoint of @a lane, under a sequencing endpoint */
+    static uct_ep_h tl_lane_ep(ucp_ep_h ep, ucp_lane_index_t lane)
+    {
+        uct_ep_h uct_ep = ep->uct_eps[lane];
+
+        if ((uct_ep != NULL) && ucp_failover_seq_ep_test(uct_ep)) {
+            uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
+        }
+        return uct_ep;
+    }
+
     static uct_tcp_ep_t *tcp_lane_ep(ucp_ep_h ep, ucp_lane_index_t lane)
     {
         uct_ep_h uct_ep = ep->uct_eps[lane];
@@ -525,9 +536,47 @@ protected:
      * reader consumed every message before them */
     static size_t drop_unread_am(entity &e)
     {
-        ucp_lane_index_t am_lane = ucp_ep_get_am_lane(e.ep());
-        uct_tcp_ep_t *tcp_ep     = tcp_lane_ep(e.ep(), am_lane);
-        size_t dropped           = 0;
+        return drop_unread(e, ucp_ep_get_am_lane(e.ep()));
+    }
+
+    /* the lane of @a to whose connection is that of @a from's @a lane (the
+     * socket's local address is the other one's peer address) */
+    static ucp_lane_index_t tcp_peer_lane(entity &from, ucp_lane_index_t lane,
+                                          entity &to)
+    {
+        uct_tcp_ep_t *tcp_ep = tcp_lane_ep(from.ep(), lane);
+        struct sockaddr_storage local, peer;
+        socklen_t len;
+
+        if (tcp_ep == NULL) {
+            return UCP_NULL_LANE;
+        }
+
+        len = sizeof(local);
+        if (getsockname(tcp_ep->fd, (struct sockaddr*)&local, &len) != 0) {
+            return UCP_NULL_LANE;
+        }
+
+        for (ucp_lane_index_t l = 0; l < ucp_ep_num_lanes(to.ep()); ++l) {
+            tcp_ep = tcp_lane_ep(to.ep(), l);
+            len    = sizeof(peer);
+            if ((tcp_ep != NULL) &&
+                (getpeername(tcp_ep->fd, (struct sockaddr*)&peer, &len) ==
+                 0) &&
+                (ucs_sockaddr_cmp((struct sockaddr*)&local,
+                                  (struct sockaddr*)&peer, NULL) == 0)) {
+                return l;
+            }
+        }
+
+        return UCP_NULL_LANE;
+    }
+
+    /* the same on any lane of @a e */
+    static size_t drop_unread(entity &e, ucp_lane_index_t lane)
+    {
+        uct_tcp_ep_t *tcp_ep = tcp_lane_ep(e.ep(), lane);
+        size_t dropped       = 0;
         char buf[4096];
         ssize_t ret;
 
@@ -808,7 +857,7 @@ UCS_TEST_P(test_ucp_multirail_failover, socket_error_mid_zcopy)
     skip_unless_two_lanes();
 
     ucp_lane_index_t lane = data_lane(sender().ep());
-    uct_ep_h uct_ep       = sender().ep()->uct_eps[lane];
+    uct_ep_h uct_ep       = tl_lane_ep(sender().ep(), lane);
     uct_tcp_ep_t *tcp_ep  = ucs_derived_of(uct_ep, uct_tcp_ep_t);
     uct_iface_attr_t attr;
 
@@ -918,7 +967,7 @@ UCS_TEST_P(test_ucp_multirail_failover, request_waits_on_new_am_lane,
     ucp_ep_h ep              = sender().ep();
     ucp_lane_index_t am_lane = ucp_ep_get_am_lane(ep);
     ucp_lane_index_t lane    = data_lane(ep);
-    uct_ep_h tl_ep           = ep->uct_eps[lane];
+    uct_ep_h tl_ep           = tl_lane_ep(ep, lane);
     ucp_worker_h rx_worker   = receiver().worker();
     std::vector<char> fill(256, 'f');
     ucp_request_param_t param = {};
@@ -1049,6 +1098,90 @@ UCS_TEST_P(test_ucp_multirail_failover, seq_dup_and_reorder)
         progress();
     }
     ucp_request_free(req);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/*
+ * Middle fragments striped over a data lane (UCX_MAX_EAGER_RAILS=2) are kept
+ * until the receiver acknowledges them: the ones a lane takes with it when it
+ * fails (here: dropped unread from the receiver's socket, then the lane
+ * fails) are sent again on the am lane, and every message arrives whole,
+ * once.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, data_stream_lost_fragments_sent_again,
+           "RNDV_THRESH=inf")
+{
+    skip_unless_two_lanes();
+    const size_t size = 64 * UCS_KBYTE;
+    const int count   = 8;
+    ucp_ep_h ep       = sender().ep();
+    const ucp_ep_config_key_t &key = ucp_ep_config(ep)->key;
+    ucp_lane_index_t lane = UCP_NULL_LANE, peer_lane;
+    std::vector<std::vector<char> > sbufs(count), rbufs(count);
+    std::vector<void*> sreqs, rreqs;
+    ucp_request_param_t param = {};
+    size_t dropped;
+    int i;
+
+    for (i = 0; (i < UCP_MAX_LANES) && (key.am_bw_lanes[i] != UCP_NULL_LANE);
+         ++i) {
+        if (key.am_bw_lanes[i] != key.am_lane) {
+            lane = key.am_bw_lanes[i];
+        }
+    }
+    ASSERT_NE(UCP_NULL_LANE, lane) << "fragments do not stripe";
+    ASSERT_TRUE(ucp_failover_seq_ep_test(ep->uct_eps[lane]))
+            << "data lane " << (int)lane << " is not sequenced";
+    peer_lane = tcp_peer_lane(sender(), lane, receiver());
+    ASSERT_NE(UCP_NULL_LANE, peer_lane);
+
+    /* the receiver consumed everything before; then it does not progress
+     * while the sender sends */
+    exchange(size, 1);
+    for (i = 0; i < count; ++i) {
+        sbufs[i].resize(size);
+        rbufs[i].assign(size, 0);
+        ucs::fill_random(sbufs[i]);
+        sreqs.push_back(ucp_tag_send_nbx(ep, sbufs[i].data(), size, 0xd5 + i,
+                                         &param));
+    }
+    for (i = 0; i < 200; ++i) {
+        sender().progress();
+    }
+
+    /* what waits unread on the receiver's side of the data lane is lost */
+    dropped = drop_unread(receiver(), peer_lane);
+    UCS_TEST_MESSAGE << "dropped " << dropped << " unread byte(s) of lane["
+                     << (int)peer_lane << "]";
+    ASSERT_GT(dropped, 0u) << "no fragment was in flight on the data lane";
+    fail_lane(sender(), lane);
+
+    for (i = 0; i < count; ++i) {
+        rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(), rbufs[i].data(),
+                                         size, 0xd5 + i, (ucp_tag_t)-1,
+                                         &param));
+    }
+    ASSERT_UCS_OK(requests_wait(sreqs));
+    ASSERT_UCS_OK(requests_wait(rreqs));
+    for (i = 0; i < count; ++i) {
+        EXPECT_TRUE(sbufs[i] == rbufs[i]) << "message " << i;
+    }
+
+    /* the stream of the failed lane went again on the am lane */
+    std::string info = ep_info(sender());
+    std::string what = "data stream " + ucs::to_string(lane + 1) +
+                       " (via the am lane): sent ";
+    size_t pos       = info.find(what);
+    ASSERT_NE(std::string::npos, pos) << info;
+    unsigned long sent = 0, resent = 0;
+    ASSERT_EQ(2, sscanf(info.c_str() + pos + what.size(), "%lu (%lu", &sent,
+                        &resent)) << info;
+    UCS_TEST_MESSAGE << "data stream " << (lane + 1) << ": " << sent
+                     << " sent, " << resent << " sent again";
+    EXPECT_GT(resent, 0u);
+
+    wait_peer_failed(receiver(), 1);
+    exchange(size, 4);
     EXPECT_EQ(0u, m_err_count);
 }
 
@@ -1982,8 +2115,7 @@ protected:
 
         ucp_lane_index_t lane = data_lane(sender().ep());
         EXPECT_EQ(std::string("tcp"), lane_rsc(sender().ep(), lane).tl_name);
-        uct_tcp_ep_t *tcp_ep = ucs_derived_of(sender().ep()->uct_eps[lane],
-                                              uct_tcp_ep_t);
+        uct_tcp_ep_t *tcp_ep = tcp_lane_ep(sender().ep(), lane);
         if (getsockopt(tcp_ep->fd, IPPROTO_TCP, optname, &value, &len) != 0) {
             if ((optname == TCP_RTO_MIN_US) && (errno == ENOPROTOOPT)) {
                 UCS_TEST_SKIP_R("the kernel has no TCP_RTO_MIN_US");
@@ -2061,7 +2193,7 @@ UCS_TEST_P(test_ucp_multirail_detect, probe_failure_fails_lane)
 {
     skip_unless_two_lanes();
     ucp_lane_index_t lane = data_lane(sender().ep());
-    uct_ep_h uct_ep       = sender().ep()->uct_eps[lane];
+    uct_ep_h uct_ep       = tl_lane_ep(sender().ep(), lane);
     uct_iface_h iface     = uct_ep->iface;
     ucp_lane_map_t lanes  = lanes_on(sender().ep(), lane_rsc(sender().ep(),
                                                              lane).dev_name);
@@ -2157,7 +2289,7 @@ UCS_TEST_P(test_ucp_multirail_detect, failed_lane_verifies_its_rail,
     ASSERT_TRUE(fw != NULL);
     ASSERT_EQ(1u, ucs_popcount(lanes1));
     ucp_lane_index_t lane1 = ucs_ffs64(lanes1);
-    uct_iface_h iface      = ep1->uct_eps[lane1]->iface;
+    uct_iface_h iface      = tl_lane_ep(ep1, lane1)->iface;
     uct_ep_check_func_t orig_check = iface->ops.ep_check;
 
     progress_for(0.05);
@@ -2376,7 +2508,7 @@ UCS_TEST_P(test_ucp_multirail_detect_wakeup, silent_fault_found_asleep)
 {
     skip_unless_two_lanes();
     ucp_lane_index_t lane = data_lane(sender().ep());
-    uct_iface_h iface     = sender().ep()->uct_eps[lane]->iface;
+    uct_iface_h iface     = tl_lane_ep(sender().ep(), lane)->iface;
     uct_ep_check_func_t orig_check = iface->ops.ep_check;
     ucs_time_t deadline   = ucs_get_time() + ucs_time_from_sec(5.0);
 
