@@ -1,9 +1,11 @@
 #!/bin/bash
 #
 # Benchmark command (not a test): ucx_perftest tag latency (8 B) and tag
-# bandwidth (1 MiB) over two rate-limited rails of the test bed, for Debian's
-# stock libucx0, our build with failover off and our build with failover on,
-# interleaved, several runs each; prints medians and ratios to stock.
+# bandwidth (1 MiB, endpoints without and with error handling) over two
+# rate-limited rails of the test bed, for Debian's stock libucx0, our build
+# with failover off and our build with failover on (and, for the err-mode
+# peer bandwidth, on with UCX_MULTIRAIL_STRIPE_AM=n), interleaved, several
+# runs each; prints medians and ratios to stock.
 # Uses Debian's own /usr/bin/ucx_perftest for all three (drop-in).
 #
 # The server and the client are pinned to one core each (taskset).
@@ -54,12 +56,17 @@ variant_env() {
         stock) echo "UCX_MULTIRAIL_UNUSED=1" ;;
         off)   echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=n" ;;
         on)    echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=y" ;;
+        # message fragments kept on the am lane (no data streams)
+        pin)   echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=y" \
+                    "UCX_MULTIRAIL_STRIPE_AM=n" ;;
     esac
 }
 
-# run_one VARIANT TEST SIZE ITERS -> prints "latency_us bandwidth_MBs"
+# run_one VARIANT TEST SIZE ITERS [perftest args] -> prints "latency_us
+# bandwidth_MBs"
 run_one() {
     local v=$1 t=$2 s=$3 n=$4 spid line
+    shift 4
     # shellcheck disable=SC2046
     env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
         UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
@@ -73,7 +80,7 @@ run_one() {
         UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
         $(variant_env "$v") \
         timeout 120 taskset -c 1 "$bed" exec a "$perftest" "$server_ip" -p "$port" \
-        -t "$t" -s "$s" -n "$n" 2>&1 | tee -a "$out/client.log" |
+        -t "$t" -s "$s" -n "$n" "$@" 2>&1 | tee -a "$out/client.log" |
         grep '^Final:' || true)
     wait $spid || true
     [ -n "$line" ] || { echo "no result: $v $t" >&2; echo "nan nan"; return; }
@@ -118,33 +125,48 @@ callgrind_one() {
 
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
+# tag_bw with -e: endpoints in err mode PEER, which over TCP have no
+# rendezvous lanes, so 1 MiB messages move as AM fragments over the am_bw
+# lanes (with failover on: the data streams; "pin": the am lane only)
 for ((r = 1; r <= runs; r++)); do
-    for v in stock off on; do
-        read -r lat _ < <(run_one "$v" tag_lat 8 200000)
-        read -r _ bw < <(run_one "$v" tag_bw 1048576 400)
-        echo "$v $r $lat $bw" | tee -a "$out/raw.txt" >&2
+    for v in stock off on pin; do
+        lat=nan bw=nan
+        if [ $v != pin ]; then
+            read -r lat _ < <(run_one "$v" tag_lat 8 200000)
+            read -r _ bw < <(run_one "$v" tag_bw 1048576 400)
+        fi
+        read -r _ bwe < <(run_one "$v" tag_bw 1048576 400 -e)
+        echo "$v $r $lat $bw $bwe" | tee -a "$out/raw.txt" >&2
     done
 done
 
 {
     echo "ucx_perftest over $rails x $rate rails (tcp), median of $runs runs:"
     echo
-    echo "| variant | tag_lat 8 B p50 (us) | min..max of runs | ratio | tag_bw 1 MiB (MB/s) | ratio |"
-    echo "|---|---|---|---|---|---|"
+    echo "| variant | tag_lat 8 B p50 (us) | min..max of runs | ratio | tag_bw 1 MiB (MB/s) | ratio | tag_bw 1 MiB, err mode peer (MB/s) | ratio |"
+    echo "|---|---|---|---|---|---|---|---|"
     s_lat=$(awk '$1 == "stock" {print $3}' "$out/raw.txt" | median)
     s_bw=$(awk '$1 == "stock" {print $4}' "$out/raw.txt" | median)
-    for v in stock off on; do
+    s_bwe=$(awk '$1 == "stock" {print $5}' "$out/raw.txt" | median)
+    for v in stock off on pin; do
         lat=$(awk -v v=$v '$1 == v {print $3}' "$out/raw.txt" | median)
         range=$(awk -v v=$v '$1 == v {print $3}' "$out/raw.txt" | sort -g |
                 sed -n '1p;$p' | paste -sd' ' | awk '{printf "%.2f..%.2f", $1, $2}')
         bw=$(awk -v v=$v '$1 == v {print $4}' "$out/raw.txt" | median)
+        bwe=$(awk -v v=$v '$1 == v {print $5}' "$out/raw.txt" | median)
         name=$v
         [ $v = stock ] && name="Debian libucx0 1.13.1"
         [ $v = off ] && name="ours, failover off"
         [ $v = on ] && name="ours, failover on"
+        [ $v = pin ] && name="ours, failover on, UCX_MULTIRAIL_STRIPE_AM=n"
+        if [ $v = pin ]; then
+            awk -v n="$name" -v be="$bwe" -v sbe="$s_bwe" \
+                'BEGIN { printf "| %s | - | - | - | - | - | %.2f | %.3f |\n", n, be, be / sbe }'
+            continue
+        fi
         awk -v n="$name" -v l="$lat" -v b="$bw" -v sl="$s_lat" -v sb="$s_bw" \
-            -v rg="$range" \
-            'BEGIN { printf "| %s | %.3f | %s | %.3f | %.2f | %.3f |\n", n, l, rg, l / sl, b, b / sb }'
+            -v rg="$range" -v be="$bwe" -v sbe="$s_bwe" \
+            'BEGIN { printf "| %s | %.3f | %s | %.3f | %.2f | %.3f | %.2f | %.3f |\n", n, l, rg, l / sl, b, b / sb, be, be / sbe }'
     done
 } | tee "$out/table.md"
 

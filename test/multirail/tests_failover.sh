@@ -292,6 +292,11 @@ mr_failover_all() {
     # (docs/design.md, section 6); rendezvous zcopy must still use every rail
     mr_run_test healthy_2rail_address_none_failover_on t_healthy 2 address \
         none UCX_MULTIRAIL_FAILOVER=y
+    # worker-address endpoints in err mode PEER have no rendezvous lanes
+    # over TCP: their large messages move as AM fragments, which stripe
+    # over both rails only through the data streams (design section 6)
+    mr_run_test healthy_2rail_address_peer_failover_on t_healthy 2 address \
+        peer UCX_MULTIRAIL_FAILOVER=y
     mr_run_test failover_delete_r1_retries3 t_failover_fault 2 delete 1 a \
         sockaddr peer net.ipv4.tcp_retries2=3
     mr_run_test failover_3rail_two_faults t_failover_two_faults
