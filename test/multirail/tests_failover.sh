@@ -87,6 +87,24 @@ t_failover_fault() {
     done
 }
 
+# t_failover_stripe KIND SIDE: a fault on r1 between worker-address
+# endpoints in err mode PEER, whose large messages move as AM fragments
+# striped over both rails (data streams): as t_failover_fault, and the
+# fragments r1 took with it were sent again on the am lane (design
+# section 6), on at least one side
+t_failover_stripe() {
+    local kind=$1 side=$2 role n total=0
+    t_failover_fault 2 "$kind" 1 "$side" address peer
+    for role in client server; do
+        n=$(mr_count_running "$MR_DIR/$role.out" \
+            "data stream [0-9]+ lost its lane; [1-9][0-9]* fragment")
+        mr_note+=" ${role}_streams_resent=$n"
+        total=$((total + n))
+    done
+    [ "$total" -ge 1 ] ||
+        mr_fail "no data stream sent fragments again after r1 failed"
+}
+
 # Two rails fail one after the other on a three-rail bed; r0 (am lane) stays
 t_failover_two_faults() {
     local role n
@@ -297,6 +315,9 @@ mr_failover_all() {
     # over both rails only through the data streams (design section 6)
     mr_run_test healthy_2rail_address_peer_failover_on t_healthy 2 address \
         peer UCX_MULTIRAIL_FAILOVER=y
+    mr_run_test failover_stripe_blackhole_r1_address_peer t_failover_stripe \
+        blackhole both
+    mr_run_test failover_stripe_rst_r1_address_peer t_failover_stripe rst a
     mr_run_test failover_delete_r1_retries3 t_failover_fault 2 delete 1 a \
         sockaddr peer net.ipv4.tcp_retries2=3
     mr_run_test failover_3rail_two_faults t_failover_two_faults

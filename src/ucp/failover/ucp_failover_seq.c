@@ -142,6 +142,9 @@ typedef struct ucp_failover_seq_stream {
     uint64_t                     tx_msgs;
     uint64_t                     tx_resent;
     uint32_t                     window_stalls;
+    unsigned                     orphaned;     /* fragments to send again
+                                                  since its lane went, not
+                                                  logged yet */
     /* receive side */
     uint32_t                     rx_next;      /* number expected next */
     uint32_t                     rx_ack_sent;  /* last acknowledged */
@@ -1094,6 +1097,7 @@ static void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
     st->unsent = ucp_failover_seq_first_retained(st);
     ucs_queue_for_each(entry, &st->retained, queue) {
         ++st->tx_resent;
+        ++st->orphaned;
     }
 }
 
@@ -1613,6 +1617,18 @@ void ucp_failover_seq_resend(ucp_ep_h ep)
 
     if ((seq == NULL) || (seq->seq_ep == NULL)) {
         return;
+    }
+
+    for (id = 1; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        st = seq->streams[id];
+        if ((st != NULL) && (st->orphaned > 0)) {
+            ucs_info("ep %p: data stream %u lost its lane; %u fragment(s) "
+                     "not acknowledged are sent again on the am lane "
+                     "(%u..%u)", ep, id, st->orphaned,
+                     (st->unsent != NULL) ? st->unsent->sn : 0,
+                     st->tx_next - 1);
+            st->orphaned = 0;
+        }
     }
 
     ucp_failover_seq_kick(seq->seq_ep);
