@@ -324,8 +324,23 @@ void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
                                    ucp_lane_map_t failed,
                                    ucs_string_buffer_t *strb)
 {
+    int i, num_am_bw;
+
     ucs_assert(!(failed & UCS_BIT(key->am_lane)));
+    for (num_am_bw = 0; (num_am_bw < UCP_MAX_LANES) &&
+                        (key->am_bw_lanes[num_am_bw] != UCP_NULL_LANE);
+         ++num_am_bw) {
+    }
+
     ucp_failover_replace_lanes(key->am_bw_lanes, failed, strb, "am_bw");
+    if ((key->am_bw_lanes[0] == UCP_NULL_LANE) &&
+        (key->am_lane != UCP_NULL_LANE)) {
+        /* striped slots whose lanes all failed (the am lane moved off
+         * them): they hold the am lane, in their positions */
+        for (i = 0; i < num_am_bw; ++i) {
+            key->am_bw_lanes[i] = key->am_lane;
+        }
+    }
     ucp_failover_replace_lanes(key->rma_bw_lanes, failed, strb, "rma_bw");
     ucp_failover_replace_lanes(key->rma_lanes, failed, strb, "rma");
     ucp_failover_replace_lanes(key->amo_lanes, failed, strb, "amo");

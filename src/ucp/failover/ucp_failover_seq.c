@@ -118,6 +118,7 @@ typedef struct {
     ucs_list_link_t list;
     uint32_t        sn;
     uint8_t         am_id;
+    uint8_t         flags;  /* of its trailer */
     size_t          length;
     uint8_t         data[];
 } ucp_failover_seq_held_t;
@@ -424,10 +425,11 @@ static void ucp_failover_seq_release(ucp_failover_seq_stream_t *st,
  * Sending
  */
 
-static void ucp_failover_seq_hdr_fill(ucp_failover_seq_t *seq,
+static void ucp_failover_seq_hdr_fill(ucp_failover_seq_ep_t *seq_ep,
                                       ucp_failover_seq_stream_t *st,
                                       ucp_failover_seq_entry_t *entry)
 {
+    ucp_failover_seq_t *seq = seq_ep->seq;
     ucp_failover_seq_hdr_t *hdr = UCS_PTR_BYTE_OFFSET(entry->data,
                                                       entry->length -
                                                       UCP_FAILOVER_SEQ_HDR_LEN);
@@ -449,6 +451,12 @@ static void ucp_failover_seq_hdr_fill(ucp_failover_seq_t *seq,
 
     memcpy(&hdr->ack, &ack, sizeof(ack));
     memcpy(&hdr->flags, &flags, sizeof(flags));
+    if (seq_ep != seq->seq_ep) {
+        /* a data lane's copy of the ack may be lost with that lane (which
+         * then fails without moving the am lane): it does not count */
+        return;
+    }
+
     seq->main.rx_ack_sent      = ack;
     seq->main.rx_unacked_bytes = 0;
     seq->main.ack_again        = 0;
@@ -467,14 +475,13 @@ static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_ep_t *seq_ep,
                                              ucp_failover_seq_stream_t *st,
                                              ucp_failover_seq_entry_t *entry)
 {
-    ucp_failover_seq_t *seq = seq_ep->seq;
-    uct_ep_h tl_ep          = ucp_failover_seq_tl_ep(seq_ep);
+    uct_ep_h tl_ep = ucp_failover_seq_tl_ep(seq_ep);
     ucs_status_t status;
     uint64_t header;
     uct_iov_t iov;
     ssize_t packed;
 
-    ucp_failover_seq_hdr_fill(seq, st, entry);
+    ucp_failover_seq_hdr_fill(seq_ep, st, entry);
     if (entry->length <= seq_ep->max_short) {
         memcpy(&header, entry->data, sizeof(header));
         return uct_ep_am_short(tl_ep, UCP_AM_ID_FAILOVER_SEQ, header,
@@ -657,6 +664,28 @@ out:
     --seq_ep->busy;
 }
 
+static unsigned ucp_failover_seq_ep_release(void *arg)
+{
+    uct_ep_destroy(arg);
+    return 1;
+}
+
+/* Free a dead wrapper, from progress if it is in one of its own calls */
+static void ucp_failover_seq_ep_free_dead(ucp_failover_seq_ep_t *seq_ep)
+{
+    uct_worker_cb_id_t cb_id = UCS_CALLBACKQ_ID_NULL;
+
+    if (seq_ep->busy == 0) {
+        uct_ep_destroy(&seq_ep->super.super);
+        return;
+    }
+
+    uct_worker_progress_register_safe(seq_ep->worker->uct,
+                                      ucp_failover_seq_ep_release,
+                                      &seq_ep->super.super,
+                                      UCS_CALLBACKQ_FLAG_ONESHOT, &cb_id);
+}
+
 static ucs_status_t ucp_failover_seq_resume_progress(uct_pending_req_t *self)
 {
     ucp_failover_seq_ep_t *seq_ep = ucs_container_of(self,
@@ -667,7 +696,7 @@ static ucs_status_t ucp_failover_seq_resume_progress(uct_pending_req_t *self)
     if (seq_ep->dead) {
         /* a wrapper taken off a live transport endpoint while this request
          * waited there (ucp_failover_seq_dissolve): its last reference */
-        uct_ep_destroy(&seq_ep->super.super);
+        ucp_failover_seq_ep_free_dead(seq_ep);
         return UCS_OK;
     }
 
@@ -703,6 +732,12 @@ ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
                          ucp_failover_seq_entry_t **entry_p)
 {
     ucp_failover_seq_stream_t *st = seq_ep->stream;
+
+    if (ucs_unlikely(st == NULL)) {
+        /* a detached wrapper a caller still holds: the request goes to the
+         * lane's current endpoint's queue */
+        return UCS_ERR_NO_RESOURCE;
+    }
 
     /* behind requests waiting: keep the order */
     if (ucs_unlikely(!ucs_queue_is_empty(&seq_ep->pending) &&
@@ -958,7 +993,7 @@ static void ucp_failover_seq_purge_filter(uct_pending_req_t *req, void *arg)
                                                 resume);
         other->resume_queued = 0;
         ucs_assert(other->dead);
-        uct_ep_destroy(&other->super.super);
+        ucp_failover_seq_ep_free_dead(other);
         return;
     }
 
@@ -1257,6 +1292,11 @@ static void ucp_failover_seq_wrap_data_lanes(ucp_ep_h ep, ucp_failover_seq_t *se
             continue;
         }
 
+        /* what the am lane's wrapper sent of it while it was orphaned may
+         * be lost with the am lane later, which would not send it again:
+         * everything not acknowledged goes again here (duplicates are
+         * dropped) */
+        st->unsent = ucp_failover_seq_first_retained(st);
         ucs_debug("ep %p: data lane[%d] sequenced as stream %u from message "
                   "%u", ep, lane, st->id, st->tx_next);
         /* its backlog of an earlier failure goes on this lane now */
@@ -1310,12 +1350,6 @@ void ucp_failover_seq_ep_connected(ucp_ep_h ep)
     }
 
     ucp_failover_seq_wrap_data_lanes(ep, seq);
-}
-
-static unsigned ucp_failover_seq_ep_release(void *arg)
-{
-    uct_ep_destroy(arg);
-    return 1;
 }
 
 /*
@@ -1761,6 +1795,7 @@ static void ucp_failover_seq_hold(ucp_failover_seq_t *seq,
 
     held->sn     = hdr->sn;
     held->am_id  = hdr->am_id;
+    held->flags  = hdr->flags;
     held->length = length;
     memcpy(held->data, data, length);
     ++st->rx_held;
@@ -1776,10 +1811,13 @@ static void ucp_failover_seq_hold(ucp_failover_seq_t *seq,
     ucs_list_add_tail(&st->held, &held->list);
 }
 
-static void ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq,
-                                          ucp_failover_seq_stream_t *st)
+/* Deliver the held messages now in order; returns whether one asked for an
+ * acknowledgement */
+static int ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq,
+                                         ucp_failover_seq_stream_t *st)
 {
     ucp_worker_h worker = seq->ep->worker;
+    int ack_req         = 0;
     ucp_failover_seq_held_t *held;
     ucs_status_t status;
 
@@ -1796,8 +1834,11 @@ static void ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq,
         status = ucp_failover_seq_deliver(worker, held->am_id, held->data,
                                           held->length, 0);
         ucs_assert(status != UCS_INPROGRESS);
+        ack_req |= !!(held->flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ);
         ucs_free(held);
     }
+
+    return ack_req;
 }
 
 static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
@@ -1873,8 +1914,9 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
     ++st->rx_msgs;
     st->rx_unacked_bytes += length;
     status = ucp_failover_seq_deliver(worker, hdr.am_id, data, length, flags);
-    if (ucs_unlikely(!ucs_list_is_empty(&st->held))) {
-        ucp_failover_seq_deliver_held(seq, st);
+    if (ucs_unlikely(!ucs_list_is_empty(&st->held)) &&
+        ucp_failover_seq_deliver_held(seq, st)) {
+        hdr.flags |= UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
     }
 
     if ((hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ) ||
