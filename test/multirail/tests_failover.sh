@@ -167,8 +167,22 @@ t_failover_dead_at_start() {
         return 0
     mr_pair_wait "$MR_DIR"
     if [ "$fo" = n ]; then
-        mr_expect_eq "client err_cb (stock)" 1 \
-            "$(mr_result "$MR_DIR/client.out" err_cb)"
+        # Stock behaviour is a race in wireup: usually the client's
+        # endpoint fails at once (an error callback, "Connection reset by
+        # remote peer"), but under CPU load (two hogs on two cores: 1 run of
+        # 2) wireup settles on the live rail and the run is clean. Either
+        # way nothing may be lost or duplicated and nothing may hang.
+        local k cb
+        cb=$(mr_result "$MR_DIR/client.out" err_cb)
+        case "$cb" in
+            1) mr_note+=" stock: error callback" ;;
+            0) mr_note+=" stock: wireup used the live rail" ;;
+            *) mr_fail "client err_cb (stock): expected 0 or 1, got '$cb'" ;;
+        esac
+        for k in lost dup reorder corrupt hang; do
+            mr_expect_eq "client $k" 0 \
+                "$(mr_result "$MR_DIR/client.out" $k)"
+        done
         return 0
     fi
     mr_expect_clean "$MR_DIR"

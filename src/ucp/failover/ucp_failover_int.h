@@ -124,11 +124,13 @@ void ucp_failover_seq_round(ucp_ep_h ep);
 
 
 /** Tests: the number of the next message the endpoint delivers (0: none
- *  received), the trailer's length, and a trailer as a peer packs it */
+ *  received), of stream 0 or of data stream @a stream, the trailer's length,
+ *  and a trailer as a peer packs it */
 uint32_t ucp_failover_seq_rx_expected(ucp_ep_h ep);
+uint32_t ucp_failover_seq_stream_rx_expected(ucp_ep_h ep, uint8_t stream);
 size_t ucp_failover_seq_hdr_len(void);
 void ucp_failover_seq_pack_hdr(void *dest, uint64_t ep_id, uint32_t sn,
-                               uint8_t am_id);
+                               uint8_t am_id, uint8_t stream);
 
 
 /** Sequencing counters of the endpoint, for ucp_ep_print_info() */

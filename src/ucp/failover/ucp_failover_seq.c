@@ -2002,9 +2002,16 @@ void ucp_failover_iface_attr(ucp_worker_h worker, uct_iface_attr_t *attr)
 
 uint32_t ucp_failover_seq_rx_expected(ucp_ep_h ep)
 {
+    return ucp_failover_seq_stream_rx_expected(ep, 0);
+}
+
+uint32_t ucp_failover_seq_stream_rx_expected(ucp_ep_h ep, uint8_t stream)
+{
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
 
-    return (seq == NULL) ? 0 : seq->main.rx_next;
+    return ((seq == NULL) || (stream >= UCP_FAILOVER_SEQ_STREAMS) ||
+            (seq->streams[stream] == NULL)) ?
+           0 : seq->streams[stream]->rx_next;
 }
 
 size_t ucp_failover_seq_hdr_len(void)
@@ -2013,9 +2020,9 @@ size_t ucp_failover_seq_hdr_len(void)
 }
 
 void ucp_failover_seq_pack_hdr(void *dest, uint64_t ep_id, uint32_t sn,
-                               uint8_t am_id)
+                               uint8_t am_id, uint8_t stream)
 {
-    ucp_failover_seq_hdr_t hdr = {ep_id, sn, 0, am_id, 0, 0};
+    ucp_failover_seq_hdr_t hdr = {ep_id, sn, 0, am_id, 0, stream};
 
     memcpy(dest, &hdr, sizeof(hdr));
 }
