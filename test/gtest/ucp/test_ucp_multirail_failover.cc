@@ -717,6 +717,25 @@ protected:
         return msg;
     }
 
+    /* no further tagged message matching @a tag / @a mask was delivered */
+    void expect_nothing_more(ucp_tag_t tag, ucp_tag_t mask)
+    {
+        ucp_request_param_t param = {};
+        uint64_t extra            = 0;
+        void *req;
+
+        req = ucp_tag_recv_nbx(receiver().worker(), &extra, sizeof(extra), tag,
+                               mask, &param);
+        short_progress_loop();
+        ASSERT_TRUE(UCS_PTR_IS_PTR(req));
+        EXPECT_EQ(UCS_INPROGRESS, ucp_request_check_status(req));
+        ucp_request_cancel(receiver().worker(), req);
+        while (ucp_request_check_status(req) == UCS_INPROGRESS) {
+            progress();
+        }
+        ucp_request_free(req);
+    }
+
     void seq_inject(std::vector<char> msg)
     {
         ucp_worker_h worker = receiver().worker();
@@ -1087,18 +1106,7 @@ UCS_TEST_P(test_ucp_multirail_failover, seq_dup_and_reorder)
         EXPECT_EQ(0x1000u + i, rbuf[i]) << "message " << i;
     }
 
-    /* nothing more was delivered */
-    uint64_t extra = 0;
-    void *req = ucp_tag_recv_nbx(receiver().worker(), &extra, sizeof(extra),
-                                 0x5e0, (ucp_tag_t)-1, &param);
-    short_progress_loop();
-    ASSERT_TRUE(UCS_PTR_IS_PTR(req));
-    EXPECT_EQ(UCS_INPROGRESS, ucp_request_check_status(req));
-    ucp_request_cancel(receiver().worker(), req);
-    while (ucp_request_check_status(req) == UCS_INPROGRESS) {
-        progress();
-    }
-    ucp_request_free(req);
+    expect_nothing_more(0x5e0, (ucp_tag_t)-1);
     EXPECT_EQ(0u, m_err_count);
 }
 
@@ -1238,18 +1246,7 @@ UCS_TEST_P(test_ucp_multirail_failover, data_stream_dup_and_reorder)
         EXPECT_EQ(0x2000u + i, rbuf[i]) << "message " << i;
     }
 
-    /* nothing more was delivered, and stream 0 did not move */
-    uint64_t extra = 0;
-    void *req = ucp_tag_recv_nbx(receiver().worker(), &extra, sizeof(extra),
-                                 0x6e0, (ucp_tag_t)-8, &param);
-    short_progress_loop();
-    ASSERT_TRUE(UCS_PTR_IS_PTR(req));
-    EXPECT_EQ(UCS_INPROGRESS, ucp_request_check_status(req));
-    ucp_request_cancel(receiver().worker(), req);
-    while (ucp_request_check_status(req) == UCS_INPROGRESS) {
-        progress();
-    }
-    ucp_request_free(req);
+    expect_nothing_more(0x6e0, (ucp_tag_t)-8);
     std::string info = ep_info(receiver());
     EXPECT_NE(std::string::npos,
               info.find("data stream " + ucs::to_string((int)stream)))
