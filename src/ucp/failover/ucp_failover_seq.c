@@ -444,8 +444,7 @@ static void ucp_failover_seq_hdr_fill(ucp_failover_seq_ep_t *seq_ep,
     /* the acknowledgement (of stream 0) is the current one, also when sent
      * again; the request for one is about the message's own stream */
     ack = ucp_failover_seq_rx_delivered(&seq->main);
-    if (st->retained_bytes >=
-        (seq->ep->worker->context->config.ext.multirail.retain / 2)) {
+    if (st->retained_bytes >= (seq_ep->retain / 2)) {
         flags |= UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
     }
 
@@ -1113,7 +1112,6 @@ static void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep,
 static void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
 {
     ucp_failover_seq_stream_t *st = seq_ep->stream;
-    ucp_failover_seq_entry_t *entry;
 
     if ((seq_ep->seq != NULL) && (seq_ep->seq->seq_ep == seq_ep)) {
         seq_ep->seq->seq_ep = NULL;
@@ -1129,11 +1127,9 @@ static void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
         return;
     }
 
-    st->unsent = ucp_failover_seq_first_retained(st);
-    ucs_queue_for_each(entry, &st->retained, queue) {
-        ++st->tx_resent;
-        ++st->orphaned;
-    }
+    st->unsent     = ucp_failover_seq_first_retained(st);
+    st->orphaned   = ucs_queue_length(&st->retained);
+    st->tx_resent += st->orphaned;
 }
 
 UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
@@ -1275,6 +1271,10 @@ static void ucp_failover_seq_wrap_data_lanes(ucp_ep_h ep, ucp_failover_seq_t *se
     ucp_failover_seq_ep_t *seq_ep;
     ucp_lane_index_t lane;
 
+    if (!(fo->flags & UCP_FAILOVER_EP_FLAG_STRIPE)) {
+        return; /* the am_bw slots hold the am lane */
+    }
+
     for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
         if ((fo->failed_lanes & UCS_BIT(lane)) ||
             !ucp_failover_seq_is_data_lane(ep, lane) ||
@@ -1363,36 +1363,16 @@ void ucp_failover_seq_ep_connected(ucp_ep_h ep)
 static uct_ep_h ucp_failover_seq_dissolve(ucp_failover_seq_ep_t *seq_ep,
                                           ucs_queue_head_t *replay_q)
 {
-    uct_ep_h uct_ep          = &seq_ep->super.super;
-    uct_worker_cb_id_t cb_id = UCS_CALLBACKQ_ID_NULL;
     uct_pending_req_priv_queue_t *priv;
-    uct_ep_h tl_ep;
 
     uct_pending_queue_purge(priv, &seq_ep->pending, 1,
                             ucp_request_purge_enqueue_cb, replay_q);
-    if (!seq_ep->resume_queued && (seq_ep->busy == 0)) {
-        return ucp_failover_seq_unwrap(uct_ep);
-    }
-
-    tl_ep        = ucp_proxy_ep_extract(uct_ep);
-    seq_ep->dead = 1;
-    ucp_failover_seq_ep_detach(seq_ep);
-    seq_ep->seq  = NULL;
-    uct_worker_progress_unregister_safe(seq_ep->worker->uct,
-                                        &seq_ep->dispatch_id);
-    if (!seq_ep->resume_queued) {
-        /* busy in its own call: freed from progress */
-        uct_worker_progress_register_safe(seq_ep->worker->uct,
-                                          ucp_failover_seq_ep_release, uct_ep,
-                                          UCS_CALLBACKQ_FLAG_ONESHOT, &cb_id);
-    }
-    return tl_ep;
+    return ucp_failover_seq_unwrap(&seq_ep->super.super);
 }
 
 uct_ep_h ucp_failover_seq_unwrap(uct_ep_h uct_ep)
 {
     ucp_failover_seq_ep_t *seq_ep;
-    uct_worker_cb_id_t cb_id = UCS_CALLBACKQ_ID_NULL;
     uct_ep_h tl_ep;
 
     if (!ucp_failover_seq_ep_test(uct_ep)) {
@@ -1401,22 +1381,23 @@ uct_ep_h ucp_failover_seq_unwrap(uct_ep_h uct_ep)
 
     seq_ep = ucs_derived_of(uct_ep, ucp_failover_seq_ep_t);
     tl_ep  = ucp_proxy_ep_extract(uct_ep);
-    if (seq_ep->busy == 0) {
+    if ((seq_ep->busy == 0) && !seq_ep->resume_queued) {
         uct_ep_destroy(uct_ep);
         return tl_ep;
     }
 
-    /* unwrapped from inside its own send (the transport failed the send
-     * and the endpoint or the lane failed): detached now, freed from
-     * progress */
+    /* unwrapped from inside its own send (the transport failed the send and
+     * the endpoint or the lane failed), or its resume request waits in the
+     * live transport endpoint's queue (dissolved): detached now, freed from
+     * progress, or when that request is dispatched or purged */
     seq_ep->dead = 1;
     ucp_failover_seq_ep_detach(seq_ep);
     seq_ep->seq = NULL;
     uct_worker_progress_unregister_safe(seq_ep->worker->uct,
                                         &seq_ep->dispatch_id);
-    uct_worker_progress_register_safe(seq_ep->worker->uct,
-                                      ucp_failover_seq_ep_release, uct_ep,
-                                      UCS_CALLBACKQ_FLAG_ONESHOT, &cb_id);
+    if (!seq_ep->resume_queued) {
+        ucp_failover_seq_ep_free_dead(seq_ep);
+    }
     return tl_ep;
 }
 
@@ -1556,13 +1537,12 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
     ucp_lane_index_t new_lane     = ucp_ep_get_am_lane(ep);
     ucp_failover_seq_stream_t *st;
     ucp_failover_seq_ep_t *data_ep;
-    ucp_failover_seq_entry_t *entry;
     uct_pending_req_priv_queue_t *priv;
     ucp_failover_seq_purge_arg_t purge;
     UCS_STRING_BUFFER_ONSTACK(desc, 128);
     uct_ep_h old_tl_ep;
-    unsigned count = 0;
-    unsigned orphans = 0;
+    size_t count, n;
+    size_t orphans = 0;
     ucp_failover_seq_stream_t *dissolved = NULL;
     uint8_t id;
 
@@ -1600,9 +1580,7 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
 
 
     /* everything not acknowledged goes again, first, in order */
-    ucs_queue_for_each(entry, &seq->main.retained, queue) {
-        ++count;
-    }
+    count = ucs_queue_length(&seq->main.retained);
 
     /* Acknowledgements went on the old lane too, unretained: the last ones
      * may be lost with it (the peer's retained messages then fill its
@@ -1623,11 +1601,10 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
         st->ack_again = 1;
         if (ucp_failover_seq_orphan(st) && !ucs_queue_is_empty(&st->retained)) {
             st->unsent = ucp_failover_seq_first_retained(st);
-            ucs_queue_for_each(entry, &st->retained, queue) {
-                /* (a stream orphaned just now counted them already) */
-                st->tx_resent += (st != dissolved);
-                ++orphans;
-            }
+            n          = ucs_queue_length(&st->retained);
+            orphans   += n;
+            /* (a stream orphaned just now counted them already) */
+            st->tx_resent += (st != dissolved) ? n : 0;
         }
     }
 
@@ -1635,8 +1612,8 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
     ucp_ep_get_lane_info_str(ep, old_lane, &desc);
     ucs_string_buffer_appendf(&desc, " to lane[%d] ", new_lane);
     ucp_ep_get_lane_info_str(ep, new_lane, &desc);
-    ucs_info("ep %p: am lane moved from %s; %u message(s) not acknowledged "
-             "are sent again (%u..%u), and %u data fragment(s)", ep,
+    ucs_info("ep %p: am lane moved from %s; %zu message(s) not acknowledged "
+             "are sent again (%u..%u), and %zu data fragment(s)", ep,
              ucs_string_buffer_cstr(&desc), count,
              (seq->main.unsent != NULL) ? seq->main.unsent->sn : 0,
              seq->main.tx_next - 1, orphans);

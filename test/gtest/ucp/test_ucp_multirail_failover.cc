@@ -496,11 +496,7 @@ protected:
 
     static uct_tcp_ep_t *tcp_lane_ep(ucp_ep_h ep, ucp_lane_index_t lane)
     {
-        uct_ep_h uct_ep = ep->uct_eps[lane];
-
-        if ((uct_ep != NULL) && ucp_failover_seq_ep_test(uct_ep)) {
-            uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
-        }
+        uct_ep_h uct_ep = tl_lane_ep(ep, lane);
 
         if ((uct_ep == NULL) || ucp_wireup_ep_test(uct_ep) ||
             ucp_proxy_ep_test(uct_ep)) {
@@ -639,12 +635,7 @@ protected:
     /* report a transport error on the lane, as UCT does */
     void fail_lane(entity &e, ucp_lane_index_t lane)
     {
-        uct_ep_h uct_ep = e.ep()->uct_eps[lane];
-
-        if (ucp_failover_seq_ep_test(uct_ep)) {
-            /* the am lane's transport endpoint, under the sequencing one */
-            uct_ep = ucs_derived_of(uct_ep, ucp_proxy_ep_t)->uct_ep;
-        }
+        uct_ep_h uct_ep = tl_lane_ep(e.ep(), lane);
 
         ASSERT_FALSE(ucp_is_uct_ep_failed(uct_ep));
         UCS_TEST_MESSAGE << "failing lane[" << int(lane) << "]";
