@@ -49,6 +49,26 @@ static void ucp_failover_key_pin_am_bw(ucp_ep_config_key_t *key)
     }
 }
 
+/*
+ * Hardware tag matching (RC/DC tag offload, UCX_RC_MLX5_TM_ENABLE=y) sends
+ * tagged messages with the transport's tag operations, past the sequencing
+ * of the am lane, and the NIC delivers them into posted buffers where a
+ * duplicate cannot be dropped. A failover endpoint matches tags in software,
+ * over its am lane. The lane keeps its other roles.
+ */
+static void ucp_failover_key_drop_tag_lane(ucp_ep_h ep,
+                                           ucp_ep_config_key_t *key)
+{
+    if (key->tag_lane == UCP_NULL_LANE) {
+        return;
+    }
+
+    ucs_debug("ep %p: lane[%d] not used for tag offload (failover)", ep,
+              key->tag_lane);
+    key->lanes[key->tag_lane].lane_types &= ~UCS_BIT(UCP_LANE_TYPE_TAG);
+    key->tag_lane                         = UCP_NULL_LANE;
+}
+
 /* Whether every am_bw slot of @a key holds its am lane */
 static int ucp_failover_key_am_bw_pinned(const ucp_ep_config_key_t *key)
 {
@@ -155,6 +175,7 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
         if (!(fo->flags & UCP_FAILOVER_EP_FLAG_STRIPE)) {
             ucp_failover_key_pin_am_bw(key);
         }
+        ucp_failover_key_drop_tag_lane(ep, key);
         if (ep->cfg_index != UCP_WORKER_CFG_INDEX_NULL) {
             ucp_failover_key_set_am_lane(key, ucp_ep_get_am_lane(ep), NULL);
         }
@@ -192,6 +213,7 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
         fo->flags &= ~UCP_FAILOVER_EP_FLAG_STRIPE;
         ucp_failover_key_pin_am_bw(key);
     }
+    ucp_failover_key_drop_tag_lane(ep, key);
     ucp_failover_recover_save(ep, key, remote_address, addr_indices);
     ucs_debug("ep %p: multi-rail failover negotiated with the peer", ep);
 }
