@@ -2876,6 +2876,8 @@ public:
     static unsigned s_lane_down_seen[UCP_MAX_LANES];
 
 protected:
+    void fail_striped_slots(entity &e, entity &peer, bool am_first);
+
     /* counts the LANE_DOWN messages by the sender's lane index, then hands
      * the message to UCP's own handler */
     static ucs_status_t
@@ -2956,6 +2958,89 @@ UCS_TEST_P(test_ucp_multirail_three, lane_down_said_again_after_am_lane_loss)
     exchange(8, 4);
     exchange(1 << 20, 1);
     EXPECT_EQ(0u, m_err_count);
+}
+
+/*
+ * Fragments stripe over the am_bw slots (UCX_MAX_EAGER_RAILS=2 of three
+ * lanes): the am lane and one data lane; the third lane has no slot. Both
+ * lanes of the slots fail, one after the other, on @a e (@a am_first: which
+ * one first; a failed am lane moves to a survivor, which can be the data
+ * lane, then failed in its turn), so the am lane ends on the third lane,
+ * outside the slots. The slots must then hold it, in their positions, and
+ * messages of many fragments keep arriving whole, both ways, with no error.
+ * (Here the survivor order always moves the am lane onto the slots' data
+ * lane first, so the slots end pinned and follow the am lane; the case of
+ * the slots emptied under an am lane already outside them, which
+ * ucp_failover_key_remove_lanes() refills, needs the peers' orders to
+ * differ and is not reached.)
+ */
+void test_ucp_multirail_three::fail_striped_slots(entity &e, entity &peer,
+                                                  bool am_first)
+{
+    const ucp_ep_config_key_t *key = &ucp_ep_config(e.ep())->key;
+    ucp_lane_index_t am_lane       = key->am_lane;
+    ucp_lane_index_t slot_lane     = key->am_bw_lanes[1];
+    ucp_lane_index_t lane;
+    int i;
+
+    if ((ucp_ep_num_lanes(e.ep()) -
+         ((ucp_ep_get_cm_lane(e.ep()) == UCP_NULL_LANE) ? 0 : 1)) < 3) {
+        UCS_TEST_SKIP_R("fewer than three lanes");
+    }
+    if ((slot_lane == UCP_NULL_LANE) || (slot_lane == am_lane)) {
+        UCS_TEST_SKIP_R("fragments do not stripe");
+    }
+    ASSERT_EQ(UCP_NULL_LANE, key->am_bw_lanes[2]);
+
+    exchange(200000, 2);
+    fail_lane(e, am_first ? am_lane : slot_lane);
+    wait_peer_failed(peer, 1);
+    exchange(200000, 2);
+    /* the other lane of the slots; an am lane that moved onto it moves on */
+    lane = am_first ? slot_lane : am_lane;
+    fail_lane(e, lane);
+    wait_peer_failed(peer, 2);
+
+    am_lane = ucp_ep_get_am_lane(e.ep());
+    EXPECT_FALSE(ucp_failover_lane_is_failed(e.ep(), am_lane));
+    EXPECT_NE(lane, am_lane);
+    key = &ucp_ep_config(e.ep())->key;
+    for (i = 0; (i < UCP_MAX_LANES) && (key->am_bw_lanes[i] != UCP_NULL_LANE);
+         ++i) {
+        EXPECT_EQ(am_lane, key->am_bw_lanes[i]) << "am_bw slot " << i;
+    }
+    EXPECT_EQ(2, i) << "am_bw slots";
+
+    exchange(200000, 4);
+    exchange(8, 4);
+    exchange(1 << 20, 1);
+    EXPECT_EQ(0u, m_err_count);
+    EXPECT_FALSE(e.ep()->flags & UCP_EP_FLAG_FAILED);
+    EXPECT_FALSE(peer.ep()->flags & UCP_EP_FLAG_FAILED);
+}
+
+UCS_TEST_P(test_ucp_multirail_three, striped_slots_all_fail_data_first,
+           "MAX_EAGER_RAILS=2", "RNDV_THRESH=inf")
+{
+    fail_striped_slots(sender(), receiver(), false);
+}
+
+UCS_TEST_P(test_ucp_multirail_three, striped_slots_all_fail_am_first,
+           "MAX_EAGER_RAILS=2", "RNDV_THRESH=inf")
+{
+    fail_striped_slots(sender(), receiver(), true);
+}
+
+UCS_TEST_P(test_ucp_multirail_three, striped_slots_all_fail_target_data_first,
+           "MAX_EAGER_RAILS=2", "RNDV_THRESH=inf")
+{
+    fail_striped_slots(receiver(), sender(), false);
+}
+
+UCS_TEST_P(test_ucp_multirail_three, striped_slots_all_fail_target_am_first,
+           "MAX_EAGER_RAILS=2", "RNDV_THRESH=inf")
+{
+    fail_striped_slots(receiver(), sender(), true);
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_three, tcp, "tcp")
