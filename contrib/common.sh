@@ -14,7 +14,9 @@ UCX_CONFIGURE_FLAGS="--enable-mt --with-verbs --with-rdmacm --enable-cma \
 : "${top:=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 MRFO_BUILD_DIR=${MRFO_BUILD_DIR:-$top/build}
 MRFO_SRC=$MRFO_BUILD_DIR/ucx-1.13.1
-MRFO_PREFIX=$MRFO_BUILD_DIR/install
+# MRFO_PREFIX may point at a copy of an install (a long soak that must not
+# see rebuilds).
+MRFO_PREFIX=${MRFO_PREFIX:-$MRFO_BUILD_DIR/install}
 mrfo_src_list=/etc/apt/sources.list.d/mrfo-bookworm-src.sources
 mrfo_apt_stamp=/var/lib/apt/.mrfo-updated
 
