@@ -3,9 +3,11 @@
  *
  * See file LICENSE for terms.
  *
- * mr_mpi_check: two MPI ranks exchange messages of mixed sizes (8 B to
- * 4 MiB, both directions) and run an MPI_Allreduce, for a given time; every
- * payload is derived from (iteration, size, rank) and checked byte by byte.
+ * mr_mpi_check: MPI ranks (2 or more) exchange messages of mixed sizes (8 B
+ * to 4 MiB) with every other rank, in both directions, and run an
+ * MPI_Allreduce, for a given time; every payload is derived from (iteration,
+ * size, sending rank) and checked byte by byte. With two ranks per host the
+ * pairs on one host talk over shared memory, the others over the rails.
  * Prints "MPI_RESULT ok iterations=N bytes=B", or "mismatch" / "error"
  * instead of "ok", and a line per second so a stall is visible. Every MPI
  * call's return code is checked (MPI_ERRORS_RETURN): an MPI library that
@@ -71,7 +73,7 @@ int main(int argc, char **argv)
     unsigned char *sbuf, *rbuf, *expect;
     double t0, next_report;
     long iter, bytes = 0;
-    int rank, nranks, peer, bad = 0, done = 0, err = 0;
+    int rank, nranks, dist, to, from, bad = 0, done = 0, err = 0;
     long sum, want;
     size_t s;
 
@@ -79,12 +81,11 @@ int main(int argc, char **argv)
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &nranks);
-    if (nranks != 2) {
-        fprintf(stderr, "mr_mpi_check needs exactly 2 ranks\n");
+    if (nranks < 2) {
+        fprintf(stderr, "mr_mpi_check needs 2 or more ranks\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
 
-    peer   = 1 - rank;
     sbuf   = malloc(max);
     rbuf   = malloc(max);
     expect = malloc(max);
@@ -92,31 +93,37 @@ int main(int argc, char **argv)
     next_report = t0 + 1;
 
     for (iter = 0; !done; ++iter) {
-        for (s = 0; s < NUM_SIZES; ++s) {
-            fill(sbuf, sizes[s], iter, rank);
-            err |= check(MPI_Sendrecv(sbuf, (int)sizes[s], MPI_BYTE, peer,
-                                      (int)s, rbuf, (int)sizes[s], MPI_BYTE,
-                                      peer, (int)s, MPI_COMM_WORLD,
-                                      MPI_STATUS_IGNORE),
-                         "MPI_Sendrecv", rank, iter);
-            if (err) {
-                break;
+        /* round dist: send to rank + dist, receive from rank - dist */
+        for (dist = 1; (dist < nranks) && !err; ++dist) {
+            to   = (rank + dist) % nranks;
+            from = (rank + nranks - dist) % nranks;
+            for (s = 0; s < NUM_SIZES; ++s) {
+                fill(sbuf, sizes[s], iter, rank);
+                err |= check(MPI_Sendrecv(sbuf, (int)sizes[s], MPI_BYTE, to,
+                                          (int)s, rbuf, (int)sizes[s],
+                                          MPI_BYTE, from, (int)s,
+                                          MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+                             "MPI_Sendrecv", rank, iter);
+                if (err) {
+                    break;
+                }
+                fill(expect, sizes[s], iter, from);
+                if (memcmp(expect, rbuf, sizes[s]) != 0) {
+                    printf("MPI_MISMATCH rank=%d iter=%ld size=%zu from=%d\n",
+                           rank, iter, sizes[s], from);
+                    bad = 1;
+                }
+                bytes += sizes[s];
             }
-            fill(expect, sizes[s], iter, peer);
-            if (memcmp(expect, rbuf, sizes[s]) != 0) {
-                printf("MPI_MISMATCH rank=%d iter=%ld size=%zu\n", rank, iter,
-                       sizes[s]);
-                bad = 1;
-            }
-            bytes += sizes[s];
         }
 
         if (err) {
             break;
         }
 
+        /* sum of (iter + r) over all ranks r */
         sum  = iter + rank;
-        want = 2 * iter + 1;
+        want = nranks * iter + ((long)nranks * (nranks - 1)) / 2;
         if (check(MPI_Allreduce(MPI_IN_PLACE, &sum, 1, MPI_LONG, MPI_SUM,
                                 MPI_COMM_WORLD),
                   "MPI_Allreduce", rank, iter)) {
