@@ -387,17 +387,11 @@ mr_failover_all() {
     mr_run_test mpi_rail_linkdown_failover_on t_mpi_rail_cut y down a
     mr_run_test mpi_rail_blackhole_failover_on t_mpi_rail_cut y blackhole both
     mr_run_test mpi_amlane_rail_cut_failover_on t_mpi_rail_cut y rst a 0
-    # two ranks per namespace: shared memory within, the rails between.
-    # Opt-in (MR_MPI_2PPN=1) until the crash they found is fixed: with
-    # failover on, 2 of 10 healthy starts (and 1 run of the test command)
-    # ended in a segfault in UCT/TCP's receive loop during connection
-    # establishment (docs/testbed.md); with failover off and with Debian's
-    # libucx0, 0 of 10.
-    if [ "${MR_MPI_2PPN:-0}" = 1 ]; then
-        MR_MPI_PPN=2 mr_run_test mpi_2ppn_rail_cut_failover_on t_mpi_rail_cut y
-        MR_MPI_PPN=2 mr_run_test mpi_2ppn_amlane_rail_blackhole_failover_on \
-            t_mpi_rail_cut y blackhole both 0
-    fi
+    # two ranks per namespace: shared memory within, the rails between
+    # (they found the UCT/TCP crash fixed by patch 0035)
+    MR_MPI_PPN=2 mr_run_test mpi_2ppn_rail_cut_failover_on t_mpi_rail_cut y
+    MR_MPI_PPN=2 mr_run_test mpi_2ppn_amlane_rail_blackhole_failover_on \
+        t_mpi_rail_cut y blackhole both 0
     # Debian's MPICH (ch4:ucx) likewise
     MR_MPI=mpich mr_run_test mpich_rail_cut_failover_on t_mpi_rail_cut y
     MR_MPI=mpich mr_run_test mpich_rail_cut_failover_off t_mpi_rail_cut n
