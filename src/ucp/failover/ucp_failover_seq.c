@@ -187,6 +187,8 @@ typedef struct ucp_failover_seq_ep {
     size_t             max_short;
     size_t             max_bcopy;
     size_t             retain;
+    size_t             retain_half;   /* ask for an acknowledgement from
+                                         here on */
 } ucp_failover_seq_ep_t;
 
 
@@ -199,6 +201,9 @@ struct ucp_failover_seq {
     ucp_failover_seq_stream_t *streams[UCP_FAILOVER_SEQ_STREAMS];
     ucs_queue_head_t          cache;       /* released small entries */
     unsigned                  cache_count;
+    uint64_t                  am_ids;      /* ids a message may carry: a
+                                              handler of the context's
+                                              features, not failover's */
 };
 
 
@@ -215,6 +220,25 @@ static void ucp_failover_seq_stream_init(ucp_failover_seq_stream_t *st,
     ucs_list_head_init(&st->held);
 }
 
+/* The active message ids a sequenced message may be delivered to */
+static uint64_t ucp_failover_seq_am_ids(ucp_context_h context)
+{
+    uint64_t am_ids = 0;
+    unsigned id;
+
+    UCS_STATIC_ASSERT(UCP_AM_ID_LAST <= 64);
+    for (id = UCP_AM_ID_FIRST; id < UCP_AM_ID_LAST; ++id) {
+        if ((id != UCP_AM_ID_FAILOVER) && (id != UCP_AM_ID_FAILOVER_SEQ) &&
+            (ucp_am_handlers[id] != NULL) &&
+            (ucp_am_handlers[id]->cb != NULL) &&
+            (context->config.features & ucp_am_handlers[id]->features)) {
+            am_ids |= UCS_BIT(id);
+        }
+    }
+
+    return am_ids;
+}
+
 ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
@@ -227,7 +251,8 @@ ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep)
         return NULL;
     }
 
-    seq->ep = ep;
+    seq->ep     = ep;
+    seq->am_ids = ucp_failover_seq_am_ids(ep->worker->context);
     ucp_failover_seq_stream_init(&seq->main, 0);
     seq->streams[0] = &seq->main;
     ucs_queue_head_init(&seq->cache);
@@ -331,38 +356,46 @@ static void ucp_failover_seq_comp_cb(uct_completion_t *self)
 }
 
 static ucp_failover_seq_entry_t *
-ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq, size_t length)
+ucp_failover_seq_entry_new(ucp_failover_seq_t *seq, size_t size)
 {
     ucp_failover_seq_entry_t *entry;
 
-    length += UCP_FAILOVER_SEQ_HDR_LEN;
-    if (length <= UCP_FAILOVER_SEQ_SMALL) {
-        if (!ucs_queue_is_empty(&seq->cache)) {
-            entry = ucs_queue_pull_elem_non_empty(&seq->cache,
-                                                  ucp_failover_seq_entry_t,
-                                                  queue);
-            --seq->cache_count;
-        } else {
-            entry = ucs_malloc(sizeof(*entry) + UCP_FAILOVER_SEQ_SMALL,
-                               "failover_seq_entry");
-            if (entry == NULL) {
-                return NULL;
-            }
-        }
-        entry->small = 1;
-    } else {
-        entry = ucs_malloc(sizeof(*entry) + length, "failover_seq_entry");
-        if (entry == NULL) {
-            return NULL;
-        }
-        entry->small = 0;
+    entry = ucs_malloc(sizeof(*entry) + size, "failover_seq_entry");
+    if (entry == NULL) {
+        return NULL;
     }
 
     entry->comp.func   = ucp_failover_seq_comp_cb;
     entry->comp.count  = 0;
     entry->comp.status = UCS_OK;
     entry->seq         = seq;
-    entry->acked       = 0;
+    entry->small       = (size == UCP_FAILOVER_SEQ_SMALL);
+    return entry;
+}
+
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_entry_t *
+ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq, size_t length)
+{
+    ucp_failover_seq_entry_t *entry;
+
+    length += UCP_FAILOVER_SEQ_HDR_LEN;
+    if (ucs_likely(length <= UCP_FAILOVER_SEQ_SMALL) &&
+        ucs_likely(!ucs_queue_is_empty(&seq->cache))) {
+        /* a cached entry is whole: its completion is idle (count 0) and it
+         * belongs to this endpoint's state */
+        entry = ucs_queue_pull_elem_non_empty(&seq->cache,
+                                              ucp_failover_seq_entry_t, queue);
+        --seq->cache_count;
+    } else {
+        entry = ucp_failover_seq_entry_new(seq,
+                                           ucs_max(length,
+                                                   UCP_FAILOVER_SEQ_SMALL));
+        if (entry == NULL) {
+            return NULL;
+        }
+    }
+
+    entry->acked = 0;
     return entry;
 }
 
@@ -425,15 +458,41 @@ static void ucp_failover_seq_release(ucp_failover_seq_stream_t *st,
  * Sending
  */
 
+/*
+ * The acknowledgement a message of @a st carries (of stream 0: the current
+ * one, also when the message is sent again) and its flags (a request for an
+ * acknowledgement is about the message's own stream). Sent on the am lane,
+ * it counts as sent; a data lane's copy may be lost with that lane (which
+ * then fails without moving the am lane), so it does not count.
+ */
+static UCS_F_ALWAYS_INLINE uint8_t
+ucp_failover_seq_ack_take(ucp_failover_seq_ep_t *seq_ep,
+                          const ucp_failover_seq_stream_t *st, uint32_t *ack_p)
+{
+    ucp_failover_seq_t *seq = seq_ep->seq;
+    uint32_t ack            = ucp_failover_seq_rx_delivered(&seq->main);
+
+    *ack_p = ack;
+    if (ucs_likely(seq_ep == seq->seq_ep)) {
+        seq->main.rx_ack_sent      = ack;
+        seq->main.rx_unacked_bytes = 0;
+        seq->main.ack_again        = 0;
+    }
+
+    return (st->retained_bytes >= seq_ep->retain_half) ?
+           UCP_FAILOVER_SEQ_FLAG_ACK_REQ : 0;
+}
+
+/* Refresh the acknowledgement and flags of a retained message's trailer
+ * before it is sent (again) */
 static void ucp_failover_seq_hdr_fill(ucp_failover_seq_ep_t *seq_ep,
                                       ucp_failover_seq_stream_t *st,
                                       ucp_failover_seq_entry_t *entry)
 {
-    ucp_failover_seq_t *seq = seq_ep->seq;
     ucp_failover_seq_hdr_t *hdr = UCS_PTR_BYTE_OFFSET(entry->data,
                                                       entry->length -
                                                       UCP_FAILOVER_SEQ_HDR_LEN);
-    uint8_t flags               = 0;
+    uint8_t flags;
     uint32_t ack;
 
     if (entry->comp.count > 0) {
@@ -441,24 +500,9 @@ static void ucp_failover_seq_hdr_fill(ucp_failover_seq_ep_t *seq_ep,
         return;
     }
 
-    /* the acknowledgement (of stream 0) is the current one, also when sent
-     * again; the request for one is about the message's own stream */
-    ack = ucp_failover_seq_rx_delivered(&seq->main);
-    if (st->retained_bytes >= (seq_ep->retain / 2)) {
-        flags |= UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
-    }
-
+    flags = ucp_failover_seq_ack_take(seq_ep, st, &ack);
     memcpy(&hdr->ack, &ack, sizeof(ack));
     memcpy(&hdr->flags, &flags, sizeof(flags));
-    if (seq_ep != seq->seq_ep) {
-        /* a data lane's copy of the ack may be lost with that lane (which
-         * then fails without moving the am lane): it does not count */
-        return;
-    }
-
-    seq->main.rx_ack_sent      = ack;
-    seq->main.rx_unacked_bytes = 0;
-    seq->main.ack_again        = 0;
 }
 
 static size_t ucp_failover_seq_pack_entry(void *dest, void *arg)
@@ -469,10 +513,11 @@ static size_t ucp_failover_seq_pack_entry(void *dest, void *arg)
     return entry->length;
 }
 
-/* Hand a retained message of @a st to the transport endpoint of @a seq_ep */
-static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_ep_t *seq_ep,
-                                             ucp_failover_seq_stream_t *st,
-                                             ucp_failover_seq_entry_t *entry)
+/* Hand a retained message, its trailer filled, to the transport endpoint of
+ * @a seq_ep */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_tl_post(ucp_failover_seq_ep_t *seq_ep,
+                         ucp_failover_seq_entry_t *entry)
 {
     uct_ep_h tl_ep = ucp_failover_seq_tl_ep(seq_ep);
     ucs_status_t status;
@@ -480,8 +525,7 @@ static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_ep_t *seq_ep,
     uct_iov_t iov;
     ssize_t packed;
 
-    ucp_failover_seq_hdr_fill(seq_ep, st, entry);
-    if (entry->length <= seq_ep->max_short) {
+    if (ucs_likely(entry->length <= seq_ep->max_short)) {
         memcpy(&header, entry->data, sizeof(header));
         return uct_ep_am_short(tl_ep, UCP_AM_ID_FAILOVER_SEQ, header,
                                entry->data + sizeof(header),
@@ -507,6 +551,16 @@ static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_ep_t *seq_ep,
     }
 
     return status;
+}
+
+/* Hand a retained message of @a st to the transport endpoint of @a seq_ep,
+ * with the current acknowledgement */
+static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_ep_t *seq_ep,
+                                             ucp_failover_seq_stream_t *st,
+                                             ucp_failover_seq_entry_t *entry)
+{
+    ucp_failover_seq_hdr_fill(seq_ep, st, entry);
+    return ucp_failover_seq_tl_post(seq_ep, entry);
 }
 
 /* Whether @a st is a data stream whose lane is gone: the am lane's wrapper
@@ -760,56 +814,70 @@ ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
     return UCS_OK;
 }
 
-/* Number a filled entry, retain it and send it (or leave it to the backlog) */
-static void ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
-                                    ucp_failover_seq_entry_t *entry,
-                                    uint8_t am_id, size_t length)
+/* The transport did not take a new message: it goes after the backlog, when
+ * the transport has room; or the lane is failing */
+static void ucp_failover_seq_submit_unsent(ucp_failover_seq_ep_t *seq_ep,
+                                           ucp_failover_seq_entry_t *entry,
+                                           ucs_status_t status)
+{
+    if (status == UCS_ERR_NO_RESOURCE) {
+        seq_ep->stream->unsent = entry;
+        if (!seq_ep->dispatching) {
+            ucp_failover_seq_kick(seq_ep);
+        }
+    } else {
+        ucs_debug("ep %p: sequenced message %u:%u not sent: %s",
+                  seq_ep->seq->ep, seq_ep->stream->id, entry->sn,
+                  ucs_status_string(status));
+    }
+}
+
+/* Number a filled entry, retain it and send it (or leave it to the backlog);
+ * its trailer is written once, here */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
+                        ucp_failover_seq_entry_t *entry, uint8_t am_id,
+                        size_t length)
 {
     ucp_failover_seq_t *seq       = seq_ep->seq;
     ucp_failover_seq_stream_t *st = seq_ep->stream;
     ucp_failover_seq_hdr_t hdr;
     ucs_status_t status;
+    uint32_t ack;
 
-    hdr.ep_id     = ucp_ep_remote_id(seq->ep);
-    hdr.sn        = st->tx_next++;
-    hdr.ack       = 0;
-    hdr.am_id     = am_id;
-    hdr.flags     = 0;
-    hdr.stream    = st->id;
-    entry->sn     = hdr.sn;
+    entry->sn     = st->tx_next++;
     entry->length = length + UCP_FAILOVER_SEQ_HDR_LEN;
-    memcpy(entry->data + length, &hdr, sizeof(hdr));
-
     ucs_queue_push(&st->retained, &entry->queue);
     st->retained_bytes += entry->length;
     st->retained_max    = ucs_max(st->retained_max, st->retained_bytes);
     ++st->tx_msgs;
 
-    if (st->unsent != NULL) {
+    hdr.ep_id  = ucp_ep_remote_id(seq->ep);
+    hdr.sn     = entry->sn;
+    hdr.am_id  = am_id;
+    hdr.stream = st->id;
+    if (ucs_unlikely(st->unsent != NULL)) {
         /* after the messages not sent yet, which the queued resume request
-         * sends when the transport has room */
+         * sends when the transport has room (and fills the rest then) */
+        hdr.ack   = 0;
+        hdr.flags = 0;
+        memcpy(entry->data + length, &hdr, sizeof(hdr));
         if (!seq_ep->dispatching && !seq_ep->resume_queued) {
             ucp_failover_seq_kick(seq_ep);
         }
         return;
     }
 
-    ++seq_ep->busy;
-    status = ucp_failover_seq_tl_send(seq_ep, st, entry);
-    --seq_ep->busy;
-    if (seq_ep->dead) {
-        return; /* the endpoint failed in the send */
-    }
+    hdr.flags = ucp_failover_seq_ack_take(seq_ep, st, &ack);
+    hdr.ack   = ack;
+    memcpy(entry->data + length, &hdr, sizeof(hdr));
 
-    if (status == UCS_ERR_NO_RESOURCE) {
-        /* taken: it goes when the transport has room */
-        st->unsent = entry;
-        if (!seq_ep->dispatching) {
-            ucp_failover_seq_kick(seq_ep);
-        }
-    } else if (UCS_STATUS_IS_ERR(status)) {
-        ucs_debug("ep %p: sequenced message %u:%u not sent: %s", seq->ep,
-                  st->id, entry->sn, ucs_status_string(status));
+    ++seq_ep->busy;
+    status = ucp_failover_seq_tl_post(seq_ep, entry);
+    --seq_ep->busy;
+    if (ucs_unlikely(UCS_STATUS_IS_ERR(status)) && !seq_ep->dead) {
+        /* (dead: the endpoint failed in the send) */
+        ucp_failover_seq_submit_unsent(seq_ep, entry, status);
     }
 }
 
@@ -1096,11 +1164,13 @@ static void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep,
     attr              = ucp_worker_iface_get_attr(ep->worker,
                                                   ucp_ep_get_rsc_index(ep,
                                                                        lane));
-    seq_ep->max_short = (attr->cap.flags & UCT_IFACE_FLAG_AM_SHORT) ?
-                        (attr->cap.am.max_short + UCP_FAILOVER_SEQ_HDR_LEN) :
-                        0;
-    seq_ep->max_bcopy = attr->cap.am.max_bcopy + UCP_FAILOVER_SEQ_HDR_LEN;
-    seq_ep->retain    = ep->worker->context->config.ext.multirail.retain;
+    seq_ep->max_short   = (attr->cap.flags & UCT_IFACE_FLAG_AM_SHORT) ?
+                          (attr->cap.am.max_short +
+                           UCP_FAILOVER_SEQ_HDR_LEN) :
+                          0;
+    seq_ep->max_bcopy   = attr->cap.am.max_bcopy + UCP_FAILOVER_SEQ_HDR_LEN;
+    seq_ep->retain      = ep->worker->context->config.ext.multirail.retain;
+    seq_ep->retain_half = seq_ep->retain / 2;
 }
 
 /*
@@ -1732,14 +1802,12 @@ void ucp_failover_seq_round(ucp_ep_h ep)
     }
 }
 
-static ucs_status_t ucp_failover_seq_deliver(ucp_worker_h worker, uint8_t id,
-                                             void *data, size_t length,
-                                             unsigned flags)
+/* Hand a message to its own handler, if @a am_ids has its id */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_deliver(ucp_worker_h worker, uint64_t am_ids, uint8_t id,
+                         void *data, size_t length, unsigned flags)
 {
-    if ((id < UCP_AM_ID_FIRST) || (id >= UCP_AM_ID_LAST) ||
-        ucp_failover_seq_passthrough(id) || (ucp_am_handlers[id] == NULL) ||
-        (ucp_am_handlers[id]->cb == NULL) ||
-        !(worker->context->config.features & ucp_am_handlers[id]->features)) {
+    if (ucs_unlikely((id >= 64) || !(am_ids & UCS_BIT(id)))) {
         ucs_diag("worker %p: dropping sequenced message with id %d", worker,
                  id);
         return UCS_OK;
@@ -1808,14 +1876,42 @@ static int ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq,
         ++st->rx_next;
         ++st->rx_msgs;
         st->rx_unacked_bytes += held->length;
-        status = ucp_failover_seq_deliver(worker, held->am_id, held->data,
-                                          held->length, 0);
+        status = ucp_failover_seq_deliver(worker, seq->am_ids, held->am_id,
+                                          held->data, held->length, 0);
         ucs_assert(status != UCS_INPROGRESS);
         ack_req |= !!(held->flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ);
         ucs_free(held);
     }
 
     return ack_req;
+}
+
+/* Deliver @a hdr's message, the next of @a st, and those held back behind
+ * it; whether an acknowledgement is owed now (asked for, or a batch is
+ * full) */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_deliver_next(ucp_worker_h worker, ucp_failover_seq_t *seq,
+                              ucp_failover_seq_stream_t *st,
+                              const ucp_failover_seq_hdr_t *hdr, void *data,
+                              size_t length, unsigned flags, int *ack_owed_p)
+{
+    int ack_req = hdr->flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
+    ucs_status_t status;
+
+    ++st->rx_next;
+    ++st->rx_msgs;
+    st->rx_unacked_bytes += length;
+    status = ucp_failover_seq_deliver(worker, seq->am_ids, hdr->am_id, data,
+                                      length, flags);
+    if (ucs_unlikely(!ucs_list_is_empty(&st->held))) {
+        ack_req |= ucp_failover_seq_deliver_held(seq, st);
+    }
+
+    *ack_owed_p = ack_req ||
+                  ((ucp_failover_seq_rx_delivered(st) - st->rx_ack_sent) >=
+                   UCP_FAILOVER_SEQ_ACK_MSGS) ||
+                  (st->rx_unacked_bytes >= UCP_FAILOVER_SEQ_ACK_BYTES);
+    return status;
 }
 
 static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
@@ -1829,6 +1925,7 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
     ucs_status_t status;
     ucp_ep_h ep;
     int32_t diff;
+    int ack_owed;
 
     *st_p = NULL;
     if (length < UCP_FAILOVER_SEQ_HDR_LEN) {
@@ -1861,9 +1958,12 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
     st  = (seq == NULL) ? NULL : ucp_failover_seq_stream_get(seq, hdr.stream);
     if (st == NULL) {
         /* no memory (logged): delivered as it comes */
-        return (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) ? UCS_OK :
-               ucp_failover_seq_deliver(worker, hdr.am_id, data, length,
-                                        flags);
+        return (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) ?
+               UCS_OK :
+               ucp_failover_seq_deliver(worker,
+                                        ucp_failover_seq_am_ids(
+                                                worker->context),
+                                        hdr.am_id, data, length, flags);
     }
 
     *seq_p = seq;
@@ -1887,29 +1987,22 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
         return UCS_OK;
     }
 
-    ++st->rx_next;
-    ++st->rx_msgs;
-    st->rx_unacked_bytes += length;
-    status = ucp_failover_seq_deliver(worker, hdr.am_id, data, length, flags);
-    if (ucs_unlikely(!ucs_list_is_empty(&st->held)) &&
-        ucp_failover_seq_deliver_held(seq, st)) {
-        hdr.flags |= UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
-    }
-
-    if ((hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ) ||
-        ((ucp_failover_seq_rx_delivered(st) - st->rx_ack_sent) >=
-         UCP_FAILOVER_SEQ_ACK_MSGS) ||
-        (st->rx_unacked_bytes >= UCP_FAILOVER_SEQ_ACK_BYTES)) {
+    status = ucp_failover_seq_deliver_next(worker, seq, st, &hdr, data, length,
+                                           flags, &ack_owed);
+    if (ack_owed) {
         *st_p = st;
     }
 
     return status;
 }
 
-static ucs_status_t
-ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
+/* Slow path of a sequenced message: duplicates, early ones, held ones to
+ * deliver after it, data streams, acknowledgements alone, unknown
+ * endpoints */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_handler_slow(ucp_worker_h worker, void *data, size_t length,
+                              unsigned flags)
 {
-    ucp_worker_h worker = arg;
     ucp_failover_seq_stream_t *st;
     ucp_failover_seq_t *seq;
     ucs_status_t status;
@@ -1921,6 +2014,60 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
     }
 
     return status;
+}
+
+/*
+ * A sequenced message. The usual one, the next message of stream 0 of a
+ * known endpoint, is delivered here; anything else takes the slow path
+ * (ucp_failover_seq_rx), which handles it in full.
+ */
+static ucs_status_t
+ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
+{
+    ucp_worker_h worker = arg;
+    ucp_failover_seq_hdr_t hdr;
+    ucp_failover_seq_stream_t *st;
+    ucp_failover_seq_t *seq;
+    ucs_status_t status;
+    ucp_ep_h ep;
+    int ack_owed;
+
+    if (ucs_unlikely(length < UCP_FAILOVER_SEQ_HDR_LEN)) {
+        goto slow;
+    }
+
+    memcpy(&hdr, UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN),
+           sizeof(hdr));
+    if (ucs_unlikely((hdr.stream != 0) ||
+                     (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) ||
+                     (hdr.ep_id == UCS_PTR_MAP_KEY_INVALID)) ||
+        ucs_unlikely(ucp_worker_get_ep_by_id(worker, hdr.ep_id, &ep) !=
+                     UCS_OK)) {
+        goto slow;
+    }
+
+    seq = ucp_failover_ep(ep)->seq;
+    if (ucs_unlikely((seq == NULL) || (hdr.sn != seq->main.rx_next))) {
+        goto slow;
+    }
+
+    st = &seq->main;
+    if ((int32_t)(hdr.ack - st->tx_acked) > 0) {
+        /* an older or the same acknowledgement releases nothing more */
+        ucp_failover_seq_release(st, hdr.ack);
+    }
+
+    status = ucp_failover_seq_deliver_next(worker, seq, st, &hdr, data,
+                                           length - UCP_FAILOVER_SEQ_HDR_LEN,
+                                           flags, &ack_owed);
+    if (ucs_unlikely(ack_owed)) {
+        ucp_failover_seq_send_ack(seq, st);
+    }
+
+    return status;
+
+slow:
+    return ucp_failover_seq_handler_slow(worker, data, length, flags);
 }
 
 static void ucp_failover_seq_dump(ucp_worker_h worker,
