@@ -7,6 +7,8 @@
 # peer bandwidth, on with UCX_MULTIRAIL_STRIPE_AM=n), interleaved, several
 # runs each; prints medians and ratios to stock.
 # Uses Debian's own /usr/bin/ucx_perftest for all three (drop-in).
+# Then the 8 B latency of failover off against on in one process (our
+# mr_lat), and the instructions of the eager path (callgrind).
 #
 # The server and the client are pinned to one core each (taskset).
 #
@@ -15,6 +17,8 @@
 #   MR_BENCH_RATE=R    per-rail tbf rate (default 500mbit)
 #   MR_BENCH_RAILS=N   rails (default 2)
 #   MR_BENCH_CALLGRIND=0  skip the instruction count (valgrind)
+#   MR_BENCH_MRLAT=N   runs of mr_lat (failover off and on in one
+#                      process, alternating batches; default 5; 0: none)
 #
 set -eEu -o pipefail
 
@@ -169,6 +173,43 @@ done
             'BEGIN { printf "| %s | %.3f | %s | %.3f | %.2f | %.3f | %.2f | %.3f |\n", n, l, rg, l / sl, b, b / sb, be, be / sbe }'
     done
 } | tee "$out/table.md"
+
+# Failover off and on in one process (mr_lat: two UCP contexts, batches of
+# 1,000 ping-pongs alternating off, on, on, off, ...): the machine's drift
+# between runs (±10 % and bimodal here) hits both alike, which separate
+# ucx_perftest runs cannot give
+mrlat_runs=${MR_BENCH_MRLAT:-5}
+if [ "$mrlat_runs" -gt 0 ]; then
+    : >"$out/mr_lat.txt"
+    for ((r = 1; r <= mrlat_runs; r++)); do
+        env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
+            UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
+            LD_LIBRARY_PATH="$MRFO_PREFIX/lib" \
+            timeout 120 taskset -c 0 "$bed" exec b "$MRFO_PREFIX/bin/mr_lat" \
+            -p "$port" -b 200 -k 1000 >"$out/server.log" 2>&1 &
+        spid=$!
+        sleep 0.5
+        env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
+            UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
+            LD_LIBRARY_PATH="$MRFO_PREFIX/lib" \
+            timeout 120 taskset -c 1 "$bed" exec a "$MRFO_PREFIX/bin/mr_lat" \
+            -p "$port" -b 200 -k 1000 "$server_ip" 2>&1 |
+            grep '^RESULT' | tee -a "$out/mr_lat.txt" >&2 || true
+        wait $spid || true
+    done
+    # shellcheck disable=SC2016
+    awk '{for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+          printf "| %d | %.3f | %.3f | %.4f | %.4f (%.4f..%.4f) |\n", NR,
+                 v["off_us"], v["on_us"], v["ratio"], v["pair_ratio_median"],
+                 v["pair_ratio_q1"], v["pair_ratio_q3"] }' "$out/mr_lat.txt" |
+        { echo
+          echo "8 B tag latency (half round trip), failover off and on in one process"
+          echo "(mr_lat, 200 batches x 1,000 ping-pongs, $rails rails):"
+          echo
+          echo "| run | off (us) | on (us) | on / off | neighbouring batches: median on / off (quartiles) |"
+          echo "|---|---|---|---|---|"
+          cat; } | tee -a "$out/table.md"
+fi
 
 if command -v valgrind >/dev/null && [ "${MR_BENCH_CALLGRIND:-1}" = 1 ]; then
     {
