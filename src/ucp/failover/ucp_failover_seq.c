@@ -335,6 +335,9 @@ static void ucp_failover_seq_entry_free(ucp_failover_seq_entry_t *entry)
 
     if (entry->small && (seq != NULL) &&
         (seq->cache_count < UCP_FAILOVER_SEQ_CACHE)) {
+        /* kept whole for the next message (entry_alloc); an error of an
+         * earlier zero-copy send of it is forgotten */
+        entry->comp.status = UCS_OK;
         ucs_queue_push(&seq->cache, &entry->queue);
         ++seq->cache_count;
     } else {
@@ -2053,7 +2056,11 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
 
     st = &seq->main;
     if ((int32_t)(hdr.ack - st->tx_acked) > 0) {
-        /* an older or the same acknowledgement releases nothing more */
+        /* an older or the same acknowledgement releases nothing more: what
+         * it covers was released when tx_acked reached it (the peer never
+         * acknowledges past tx_next - 1), and the window stays as it is
+         * (window_full implies retained_bytes >= retain, which only a
+         * release lowers) */
         ucp_failover_seq_release(st, hdr.ack);
     }
 
