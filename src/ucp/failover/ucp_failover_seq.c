@@ -417,16 +417,13 @@ ucp_failover_seq_next(ucp_failover_seq_stream_t *st,
                             queue);
 }
 
-/* The peer delivered our messages of @a st up to @a ack: release them */
-static void ucp_failover_seq_release(ucp_failover_seq_stream_t *st,
-                                     uint32_t ack)
+/* Release the messages of @a st up to @a ack, newer than tx_acked */
+static void ucp_failover_seq_release_upto(ucp_failover_seq_stream_t *st,
+                                          uint32_t ack)
 {
     ucp_failover_seq_entry_t *entry;
 
-    if ((int32_t)(ack - st->tx_acked) > 0) {
-        st->tx_acked = ack;
-    }
-
+    st->tx_acked = ack;
     while (!ucs_queue_is_empty(&st->retained)) {
         entry = ucs_queue_head_elem_non_empty(&st->retained,
                                               ucp_failover_seq_entry_t, queue);
@@ -454,6 +451,21 @@ static void ucp_failover_seq_release(ucp_failover_seq_stream_t *st,
         (st->retained_bytes < st->seq_ep->retain)) {
         st->seq_ep->window_full = 0;
         ucp_failover_seq_dispatch_schedule(st->seq_ep);
+    }
+}
+
+/*
+ * The peer delivered our messages of @a st up to @a ack: release them. An
+ * acknowledgement not newer than the last one releases nothing: what it
+ * covers was released then (the peer never acknowledges past tx_next - 1),
+ * and the window stays as it is (window_full implies retained_bytes >=
+ * retain, which only a release lowers).
+ */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_release(ucp_failover_seq_stream_t *st, uint32_t ack)
+{
+    if ((int32_t)(ack - st->tx_acked) > 0) {
+        ucp_failover_seq_release_upto(st, ack);
     }
 }
 
@@ -2055,15 +2067,7 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
     }
 
     st = &seq->main;
-    if ((int32_t)(hdr.ack - st->tx_acked) > 0) {
-        /* an older or the same acknowledgement releases nothing more: what
-         * it covers was released when tx_acked reached it (the peer never
-         * acknowledges past tx_next - 1), and the window stays as it is
-         * (window_full implies retained_bytes >= retain, which only a
-         * release lowers) */
-        ucp_failover_seq_release(st, hdr.ack);
-    }
-
+    ucp_failover_seq_release(st, hdr.ack);
     status = ucp_failover_seq_deliver_next(worker, seq, st, &hdr, data,
                                            length - UCP_FAILOVER_SEQ_HDR_LEN,
                                            flags, &ack_owed);
