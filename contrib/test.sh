@@ -11,6 +11,9 @@
 #   MRFO_RESULTS=DIR    where logs go (default: build/test-results)
 #   MR_SOAK_SECONDS=N   length of the short random-fault soak (default 60;
 #                       contrib/soak.sh runs a long one)
+#   MR_LOAD=N           run the tests on a busy machine: N CPU hogs (busy
+#                       loops, each bounded to 3 hours) run for the whole
+#                       command, as other jobs do on a shared host
 #
 set -eEu -o pipefail
 
@@ -35,8 +38,22 @@ mkdir -p "$MRFO_RESULTS"
 . "$top/test/multirail/tests_recover.sh"
 . "$top/test/multirail/tests_soak.sh"
 
-cleanup() { "$MR_BED" down >/dev/null 2>&1 || true; }
+mr_hogs=()
+cleanup() {
+    "$MR_BED" down >/dev/null 2>&1 || true
+    if [ ${#mr_hogs[@]} -gt 0 ]; then
+        kill "${mr_hogs[@]}" 2>/dev/null || true
+        mr_hogs=()
+    fi
+}
 trap cleanup EXIT
+# busy loops that compete for the CPUs with the tests (nice 0, as the
+# tests); killed by PID at exit
+for ((i = 0; i < ${MR_LOAD:-0}; i++)); do
+    timeout 10800 bash -c 'while :; do :; done' &
+    mr_hogs+=($!)
+done
+[ ${#mr_hogs[@]} = 0 ] || echo "load: ${#mr_hogs[@]} CPU hog(s)" >&2
 # the test bed must not inherit UCX settings of the caller
 unset $(env | sed -n 's/^\(UCX_[A-Z0-9_]*\)=.*/\1/p') 2>/dev/null || true
 

@@ -93,7 +93,7 @@ check_rail() {
 
 rail_addr() { echo "198.18.$1.$(host_of "$2")"; }
 
-ns_exists() { ip netns list | awk '{print $1}' | grep -qx "$1"; }
+ns_exists() { ip netns list | awk '{print $1}' | grep -x "$1" >/dev/null; }
 
 # Create veth pair NAME between the namespaces, with addresses and tbf
 make_link() {
@@ -143,7 +143,7 @@ cmd_up() {
     wait_carrier
     # no namespace has a default route: check it
     for side in a b; do
-        if ip -n "$(ns_of $side)" route show default | grep -q .; then
+        if [ -n "$(ip -n "$(ns_of $side)" route show default)" ]; then
             die "unexpected default route in $(ns_of $side)"
         fi
     done

@@ -15,7 +15,7 @@ mr_back_wall() {
 # (before RESULT: at teardown lanes may fail over again) says it is back
 mr_lane_is_back() {
     awk '/^RESULT/ { exit } { print }' "$1" |
-        grep -E "tcp/$2 (failed \(|is back)" | tail -1 | grep -q "is back"
+        grep -E "tcp/$2 (failed \(|is back)" | tail -1 | grep "is back" >/dev/null
 }
 
 # mr_proc_stat FILE: "fds rss_kB" of the checker whose START line is in FILE
