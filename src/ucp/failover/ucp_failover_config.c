@@ -10,6 +10,7 @@
 
 #include "ucp_failover.h"
 
+#include <ucp/core/ucp_context.h>
 #include <ucs/debug/log.h>
 #include <ucs/sys/compiler_def.h>
 #include <ucs/sys/string.h>
@@ -95,9 +96,21 @@ static ucs_status_t ucp_multirail_check_positive(const char *name, double value)
     return UCS_ERR_INVALID_PARAM;
 }
 
-ucs_status_t ucp_multirail_config_check(const ucp_multirail_config_t *config)
+ucs_status_t
+ucp_multirail_config_check(const struct ucp_context_config *ctx_config)
 {
+    const ucp_multirail_config_t *config = &ctx_config->multirail;
     ucs_status_t status;
+
+    if (config->enable && ctx_config->proto_enable) {
+        /* The failover hooks live in the protocols of UCX 1.13's default
+         * stack (proto v1): under proto v2 a failed lane's requests would be
+         * replayed by code that knows nothing of failover */
+        ucs_error("UCX_MULTIRAIL_FAILOVER=y does not work with "
+                  "UCX_PROTO_ENABLE=y (the new protocols): set one of them "
+                  "to n");
+        return UCS_ERR_UNSUPPORTED;
+    }
 
     status = ucp_multirail_check_positive("PROBE_INTERVAL",
                                           config->probe_interval);
