@@ -19,6 +19,16 @@ struct ucp_tl_resource_desc;
 
 
 /**
+ * Version of the failover wire protocol (control messages, sequencing
+ * trailers), advertised with the failover bit of every packed interface
+ * (address.c). Two peers fail over only when they run the same version; a
+ * peer with another one is treated as a stock peer. Raise it with every
+ * change of what goes on the wire. At most 8 (three bits carry it).
+ */
+#define UCP_FAILOVER_WIRE_VERSION 1
+
+
+/**
  * Multi-rail failover configuration, read from the UCX_MULTIRAIL_* environment
  * variables through UCP's own configuration table.
  */
@@ -53,15 +63,20 @@ typedef struct ucp_multirail_config {
 extern ucs_config_field_t ucp_multirail_config_table[];
 
 
+struct ucp_context_config;
+
+
 /**
- * Check the values of the multi-rail configuration against each other.
- * Logs a clear error naming the offending variables.
+ * Check the values of the multi-rail configuration against each other and
+ * against the rest of the context's configuration (combinations failover
+ * does not support). Logs a clear error naming the offending variables.
  *
- * @param [in] config  Parsed configuration.
+ * @param [in] ctx_config  Parsed context configuration.
  *
  * @return UCS_OK, or UCS_ERR_INVALID_PARAM if the values are inconsistent.
  */
-ucs_status_t ucp_multirail_config_check(const ucp_multirail_config_t *config);
+ucs_status_t
+ucp_multirail_config_check(const struct ucp_context_config *ctx_config);
 
 
 
@@ -210,6 +225,15 @@ int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto);
 
 
 /**
+ * Purge hook (ucp_ep_req_purge): the send request @a req is about to be
+ * completed with an error because its endpoint failed. Cancels a
+ * rendezvous restart still queued for it and frees its ranges, so nothing
+ * refers to the request after it is released.
+ */
+void ucp_failover_req_purge(ucp_request_t *req);
+
+
+/**
  * Flush completion hook: the flush request @a req completed with an error.
  * If the endpoint can fail over, flush its current lanes again (the failed
  * ones are skipped), resuming through @a flush_cb.
@@ -266,10 +290,13 @@ int ucp_failover_request_ff(ucp_request_t *req);
 
 
 /**
- * Interface attributes hook (after uct_iface_query): with failover enabled,
- * the active message limits UCP sees leave room for the sequencing trailer.
+ * Interface attributes hook (after uct_iface_query) of resource @a rsc_index:
+ * with failover enabled, the active message limits UCP sees leave room for
+ * the sequencing trailer, and zero-copy active messages are offered only
+ * where the retained copy they are sent from needs no memory handle.
  */
-void ucp_failover_iface_attr(ucp_worker_h worker, uct_iface_attr_t *attr);
+void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
+                             uct_iface_attr_t *attr);
 
 
 /**

@@ -187,6 +187,16 @@ uint64_t ucp_failover_msg_header(ucp_ep_h ep);
 
 
 /**
+ * Send @a msg (with its address) at once on @a uct_ep, the transport
+ * endpoint of @a lane or of an attempt to re-establish it: short when it
+ * fits the transport's short limit, else bcopy.
+ */
+ucs_status_t ucp_failover_msg_send(ucp_ep_h ep, ucp_lane_index_t lane,
+                                   uct_ep_h uct_ep,
+                                   const ucp_failover_msg_t *msg);
+
+
+/**
  * Send a failover message about @a lane on the am lane (ordered, queued),
  * followed by @a addr_len bytes of @a addr.
  */

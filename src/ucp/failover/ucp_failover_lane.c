@@ -168,6 +168,7 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
     UCS_STRING_BUFFER_ONSTACK(strb, 128);
     const ucp_address_entry_t *ae;
     ucp_lane_index_t lane;
+    unsigned peer_version;
 
     if (fo->failed_lanes != 0) {
         /* a connected endpoint keeps its failed lanes failed, and its am
@@ -201,6 +202,17 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
             ucs_debug("ep %p: peer interface of lane[%d] does not run "
                       "multi-rail failover, endpoint behaves as stock", ep,
                       lane);
+            return;
+        }
+
+        peer_version = ((ae->iface_attr.flags >>
+                         UCP_ADDR_IFACE_FAILOVER_VER_SHIFT) &
+                        UCP_ADDR_IFACE_FAILOVER_VER_MASK) + 1;
+        if (peer_version != UCP_FAILOVER_WIRE_VERSION) {
+            ucs_diag("ep %p: peer %s runs multi-rail failover wire version "
+                     "%u, this library %u: endpoint behaves as stock", ep,
+                     ucp_ep_peer_name(ep), peer_version,
+                     UCP_FAILOVER_WIRE_VERSION);
             return;
         }
     }
@@ -531,8 +543,10 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
                                   &moved);
     cfg_status = ucp_worker_get_ep_config(worker, &key, 0, &cfg_index);
     if (cfg_status != UCS_OK) {
-        ucs_error("ep %p: cannot fail over %s, no configuration without it: %s",
-                  ep, ucs_string_buffer_cstr(&desc),
+        /* the caller fails the endpoint, as without failover */
+        ucs_error("ep %p: cannot fail over %s (%s), no endpoint configuration "
+                  "without it: %s; the endpoint fails", ep,
+                  ucs_string_buffer_cstr(&desc), reason,
                   ucs_status_string(cfg_status));
         return cfg_status;
     }
@@ -617,17 +631,21 @@ ucs_status_t ucp_failover_lane_error(ucp_ep_h ep, ucp_lane_index_t lane,
         return UCS_OK;
     }
 
-    if (!ucp_failover_lane_can_fail(ep, lane)) {
-        if ((fw != NULL) && fw->walking) {
-            /* the error came from a probe inside the rail monitor's walk of
-             * the endpoints: failing the endpoint there could destroy
-             * endpoints under the walk, so do it from progress */
-            ucp_ep_set_failed_schedule(ep, lane, status);
-            return UCS_OK;
-        }
-
-        return status;
+    if (ucp_failover_lane_can_fail(ep, lane) &&
+        (ucp_failover_lane_down(ep, lane, "transport error", status, 1) ==
+         UCS_OK)) {
+        return UCS_OK;
     }
 
-    return ucp_failover_lane_down(ep, lane, "transport error", status, 1);
+    /* the endpoint cannot live without the lane, or has no configuration
+     * without it: it fails as without failover */
+    if ((fw != NULL) && fw->walking) {
+        /* the error came from a probe inside the rail monitor's walk of
+         * the endpoints: failing the endpoint there could destroy
+         * endpoints under the walk, so do it from progress */
+        ucp_ep_set_failed_schedule(ep, lane, status);
+        return UCS_OK;
+    }
+
+    return status;
 }

@@ -240,8 +240,7 @@ static ucs_status_t ucp_failover_send_on_rail(ucp_ep_h ep, uct_ep_h uct_ep,
     ucp_failover_msg_t msg;
 
     ucp_failover_msg_init(ep, lane, type, token, &msg);
-    return uct_ep_am_short(uct_ep, UCP_AM_ID_FAILOVER,
-                           ucp_failover_msg_header(ep), &msg, sizeof(msg));
+    return ucp_failover_msg_send(ep, lane, uct_ep, &msg);
 }
 
 /* The attempt owes the peer messages: send them, or when it can */
@@ -659,9 +658,16 @@ static void ucp_failover_recover_connect(ucp_ep_h ep, ucp_lane_index_t lane,
 
     if (!ucp_failover_lane_is_failed(ep, rl->lane)) {
         /* the peer lost its side of the connection: so did we */
-        if (!ucp_failover_lane_can_fail(ep, rl->lane) ||
-            (ucp_failover_lane_down(ep, rl->lane, "peer reconnects it", UCS_OK,
-                                    0) != UCS_OK)) {
+        if (!ucp_failover_lane_can_fail(ep, rl->lane)) {
+            goto refuse;
+        }
+
+        if (ucp_failover_lane_down(ep, rl->lane, "peer reconnects it",
+                                   UCS_OK, 0) != UCS_OK) {
+            /* this side cannot leave the lane (no configuration without
+             * it) while the peer has: fail as without failover */
+            ucp_ep_set_failed_schedule(ep, rl->lane,
+                                       UCS_ERR_CONNECTION_RESET);
             goto refuse;
         }
     }

@@ -94,6 +94,9 @@ struct ucp_failover_rndv_redo {
     unsigned                         resend_next;
     unsigned                         proto;  /* UCP_REQUEST_SEND_PROTO_RNDV_
                                                 GET/PUT */
+    uct_worker_cb_id_t               prog_id; /* the restart's one-shot
+                                                 progress callback, while it
+                                                 is queued */
 };
 
 
@@ -198,6 +201,7 @@ static void ucp_failover_rndv_lost(ucp_request_t *req, size_t start,
         if (redo == NULL) {
             goto all;
         }
+        redo->prog_id          = UCS_CALLBACKQ_ID_NULL;
         req->send.rndv.fo_redo = redo;
     }
 
@@ -363,6 +367,7 @@ static unsigned ucp_failover_rndv_restart_progress(void *arg)
     ucs_status_t status;
 
     ucs_assert(UCP_FAILOVER_REDO_IS_STATE(redo));
+    redo->prog_id = UCS_CALLBACKQ_ID_NULL; /* one-shot: no longer queued */
     if (ep->flags & UCP_EP_FLAG_FAILED) {
         /* every lane is gone: complete the request as without failover */
         ucs_debug("req %p: ep %p failed, rendezvous not restarted", req, ep);
@@ -399,7 +404,6 @@ int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto)
     ucp_ep_h ep                    = req->send.ep;
     ucp_failover_ep_t *fo          = ucp_failover_ep(ep);
     ucp_failover_rndv_redo_t *redo = req->send.rndv.fo_redo;
-    uct_worker_cb_id_t prog_id     = UCS_CALLBACKQ_ID_NULL;
     ucs_array_t(ucp_failover_ranges) ranges;
     ucp_failover_range_t *range;
     unsigned i;
@@ -460,15 +464,43 @@ int ucp_failover_rndv_restart(ucp_request_t *req, unsigned proto)
 
     /* the failed lane may not have failed over yet (the error completion can
      * come before the error handler): send again from the progress thread,
-     * by which time the endpoint has its new configuration */
+     * by which time the endpoint has its new configuration. If the request
+     * is purged first (its endpoint failed as a whole),
+     * ucp_failover_req_purge() takes the callback back */
+    ucs_assert(redo->prog_id == UCS_CALLBACKQ_ID_NULL);
     uct_worker_progress_register_safe(ep->worker->uct,
                                       ucp_failover_rndv_restart_progress, req,
-                                      UCS_CALLBACKQ_FLAG_ONESHOT, &prog_id);
+                                      UCS_CALLBACKQ_FLAG_ONESHOT,
+                                      &redo->prog_id);
     return 1;
 
 no_restart:
     ucp_failover_rndv_redo_release(req);
     return 0;
+}
+
+void ucp_failover_req_purge(ucp_request_t *req)
+{
+    ucp_failover_rndv_redo_t *redo;
+
+    /* only a rendezvous send doing PUT zcopy keeps its request id (and so
+     * is purged) while it may restart; receives doing GET are not tracked */
+    if (req->send.uct.func != ucp_rndv_progress_rma_put_zcopy) {
+        return;
+    }
+
+    redo = req->send.rndv.fo_redo;
+    if (!UCP_FAILOVER_REDO_IS_STATE(redo)) {
+        return;
+    }
+
+    if (redo->prog_id != UCS_CALLBACKQ_ID_NULL) {
+        ucs_debug("req %p: purged with its rendezvous restart queued, restart "
+                  "cancelled", req);
+        uct_worker_progress_unregister_safe(req->send.ep->worker->uct,
+                                            &redo->prog_id);
+    }
+    ucp_failover_rndv_redo_release(req);
 }
 
 int ucp_failover_flush_restart(ucp_request_t *req, ucs_callback_t flush_cb)

@@ -2106,12 +2106,24 @@ UCP_DEFINE_AM(UINT64_MAX, UCP_AM_ID_FAILOVER_SEQ, ucp_failover_seq_handler,
  * Interface limits, information
  */
 
-void ucp_failover_iface_attr(ucp_worker_h worker, uct_iface_attr_t *attr)
+void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
+                             uct_iface_attr_t *attr)
 {
-    const size_t hdr_len = UCP_FAILOVER_SEQ_HDR_LEN;
+    ucp_context_h context = worker->context;
+    const size_t hdr_len  = UCP_FAILOVER_SEQ_HDR_LEN;
+    ucp_md_index_t md_index;
 
-    if (!ucp_failover_is_enabled(worker->context)) {
+    if (!ucp_failover_is_enabled(context)) {
         return;
+    }
+
+    /* A zero-copy send is copied into a retained entry and posted from
+     * there with no memory handle (ucp_failover_seq_tl_post). A transport
+     * whose memory domain needs one (RDMA) cannot take that: UCP sends its
+     * large active messages as bcopy fragments instead, a copy as well */
+    md_index = context->tl_rscs[rsc_index].md_index;
+    if (context->tl_mds[md_index].attr.cap.flags & UCT_MD_FLAG_NEED_MEMH) {
+        attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
     }
 
     /* a sequenced message carries the trailer on top of what UCP packs */

@@ -66,6 +66,57 @@ void ucp_failover_msg_init(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
     msg->addr_len      = 0;
 }
 
+typedef struct {
+    uint64_t                 header;
+    const ucp_failover_msg_t *msg;
+} ucp_failover_msg_pack_arg_t;
+
+
+static size_t ucp_failover_msg_pack(void *dest, void *arg)
+{
+    const ucp_failover_msg_pack_arg_t *pack = arg;
+    size_t length = sizeof(*pack->msg) + pack->msg->addr_len;
+
+    *(uint64_t*)dest = pack->header;
+    memcpy(UCS_PTR_BYTE_OFFSET(dest, sizeof(uint64_t)), pack->msg, length);
+    return sizeof(uint64_t) + length;
+}
+
+/*
+ * Send @a msg (and the address after it) on @a lane's transport endpoint
+ * @a uct_ep: as a short active message when it fits the transport's short
+ * limit, else as bcopy (RDMA transports' short limit is their inline size,
+ * which an address may exceed). The receiver sees the same bytes.
+ */
+ucs_status_t ucp_failover_msg_send(ucp_ep_h ep, ucp_lane_index_t lane,
+                                   uct_ep_h uct_ep,
+                                   const ucp_failover_msg_t *msg)
+{
+    size_t length = sizeof(*msg) + msg->addr_len;
+    ucp_failover_msg_pack_arg_t pack;
+    const uct_iface_attr_t *attr;
+    ssize_t packed;
+
+    attr = ucp_worker_iface_get_attr(ep->worker,
+                                     ucp_ep_get_rsc_index(ep, lane));
+    if ((attr->cap.flags & UCT_IFACE_FLAG_AM_SHORT) &&
+        ((sizeof(uint64_t) + length) <= attr->cap.am.max_short)) {
+        return uct_ep_am_short(uct_ep, UCP_AM_ID_FAILOVER,
+                               ucp_failover_msg_header(ep), msg, length);
+    }
+
+    if (!(attr->cap.flags & UCT_IFACE_FLAG_AM_BCOPY) ||
+        ((sizeof(uint64_t) + length) > attr->cap.am.max_bcopy)) {
+        return UCS_ERR_UNSUPPORTED;
+    }
+
+    pack.header = ucp_failover_msg_header(ep);
+    pack.msg    = msg;
+    packed      = uct_ep_am_bcopy(uct_ep, UCP_AM_ID_FAILOVER,
+                                  ucp_failover_msg_pack, &pack, 0);
+    return (packed < 0) ? (ucs_status_t)packed : UCS_OK;
+}
+
 ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
 {
     ucp_request_t *req = ucs_container_of(self, ucp_request_t, send.uct);
@@ -75,10 +126,8 @@ ucs_status_t ucp_failover_msg_progress(uct_pending_req_t *self)
 
     req->send.lane = ucp_ep_get_am_lane(ep);
     msg            = req->send.buffer;
-    status         = uct_ep_am_short(ucp_ep_get_am_uct_ep(ep),
-                                     UCP_AM_ID_FAILOVER,
-                                     ucp_failover_msg_header(ep), msg,
-                                     sizeof(*msg) + msg->addr_len);
+    status         = ucp_failover_msg_send(ep, req->send.lane,
+                                           ucp_ep_get_am_uct_ep(ep), msg);
     if (status == UCS_ERR_NO_RESOURCE) {
         return UCS_ERR_NO_RESOURCE;
     }
@@ -301,7 +350,12 @@ static unsigned ucp_failover_msg_handle(void *arg)
         ucs_debug("ep %p: LANE_DOWN for lane[%d], which already failed", ep,
                   lane);
     } else if (ucp_failover_lane_can_fail(ep, lane)) {
-        ucp_failover_lane_down(ep, lane, "peer reported", UCS_OK, 0);
+        if (ucp_failover_lane_down(ep, lane, "peer reported", UCS_OK, 0) !=
+            UCS_OK) {
+            /* the peer no longer uses the lane and this side cannot stop
+             * (no configuration without it): fail as without failover */
+            ucp_ep_set_failed_schedule(ep, lane, UCS_ERR_CONNECTION_RESET);
+        }
     } else {
         ucs_diag("ep %p: LANE_DOWN for lane[%d], which cannot fail over",
                  ep, lane);

@@ -836,6 +836,40 @@ UCS_TEST_P(test_ucp_multirail_failover, last_lane_fails_endpoint)
     EXPECT_TRUE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
 }
 
+/*
+ * The worker's table of endpoint configurations (64 slots) is full when a
+ * lane fails: there is no configuration without the lane, so it cannot fail
+ * over. The defined outcome is stock's: the endpoint fails, with the error
+ * callback, and no lane stays in use half-failed. The table is made to look
+ * full by its count (the slots past the real ones are zeroed and match no
+ * key); the count is restored before the workers are destroyed.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, config_table_full_fails_endpoint)
+{
+    skip_unless_two_lanes();
+    if (err_mode_none()) {
+        UCS_TEST_SKIP_R("no error callback in err mode none");
+    }
+
+    exchange(1000, 2);
+    ucp_worker_h worker = sender().worker();
+    unsigned count      = worker->ep_config_count;
+    ucp_lane_index_t lane = data_lane(sender().ep());
+
+    worker->ep_config_count = UCP_WORKER_MAX_EP_CONFIG;
+    {
+        scoped_log_handler wrap_err(wrap_errors_logger);
+        fail_lane(sender(), lane);
+        wait_for_flag(&m_err_count);
+    }
+    worker->ep_config_count = count;
+
+    /* (the peer's endpoint may fail too, when its connections close) */
+    EXPECT_GE(m_err_count, 1u);
+    EXPECT_TRUE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
+    EXPECT_FALSE(ucp_failover_lane_is_failed(sender().ep(), lane));
+}
+
 /* active messages of an id UCP does not use: dropped */
 static ucs_status_t drop_am(void *arg, void *data, size_t length,
                             unsigned flags)
@@ -2219,6 +2253,44 @@ UCS_TEST_P(test_ucp_multirail_detect, carrier_lost_every_ep)
 UCS_TEST_P(test_ucp_multirail_detect, device_removed_every_ep)
 {
     device_down(UCP_FAILOVER_LINK_REMOVED, true);
+}
+
+/* A link event finds the worker's table of endpoint configurations full:
+ * the lanes on the device cannot fail over, and their endpoints fail (error
+ * callback) instead of going on sending on a dead device (before, the link
+ * event path ignored the error and left the lane in use) */
+UCS_TEST_P(test_ucp_multirail_detect, config_table_full_on_link_event)
+{
+    skip_unless_two_lanes();
+    if (err_mode_none()) {
+        UCS_TEST_SKIP_R("no error callback in err mode none");
+    }
+
+    ucp_ep_h ep           = sender().ep();
+    ucp_lane_index_t lane = data_lane(ep);
+    std::string dev       = lane_rsc(ep, lane).dev_name;
+    ucp_worker_h worker   = sender().worker();
+    unsigned count        = worker->ep_config_count;
+    ucs_time_t deadline   = ucs_get_time() + ucs_time_from_sec(10.0);
+
+    worker->ep_config_count = UCP_WORKER_MAX_EP_CONFIG;
+    {
+        scoped_log_handler wrap_err(wrap_errors_logger);
+        ucp_failover_worker_device_event(worker, dev.c_str(),
+                                         UCP_FAILOVER_LINK_NO_CARRIER);
+        while (!((sender().ep(0, 0)->flags & UCP_EP_FLAG_FAILED) &&
+                 (sender().ep(0, 1)->flags & UCP_EP_FLAG_FAILED)) &&
+               (ucs_get_time() < deadline)) {
+            progress();
+        }
+    }
+    worker->ep_config_count = count;
+
+    for (int ep_index = 0; ep_index < 2; ++ep_index) {
+        EXPECT_TRUE(sender().ep(0, ep_index)->flags & UCP_EP_FLAG_FAILED)
+                << "ep " << ep_index;
+    }
+    EXPECT_GE(m_err_count, 2u);
 }
 
 /* An IB port error names the UCT device ("mlx5_0:1"), and comes from UCT
