@@ -247,6 +247,63 @@ t_cm_rst() {
     fi
 }
 
+# t_close CLOSER(client|server) CM(lost|kept) MODE(peer|none): every API
+# streams, then one side closes its endpoint first while the other waits
+# (--linger) for the close to be reported; with CM=lost the CM connection
+# was reset mid-run, so the close can only travel over the data lanes.
+# Everything sent before the close must be delivered (clean RESULT lines,
+# the REPORT included), and no error callback may come before the last
+# message: in PEER mode the waiting side hears of the close (UCX reports a
+# client/server peer's close as an error callback, which the checker counts
+# only if it comes before the exchange ended), in NONE mode it hears nothing.
+t_close() {
+    local closer=$1 cm=$2 mode=$3 env waiter role wait_args=()
+    env="UCX_MULTIRAIL_FAILOVER=y UCX_LOG_LEVEL=info"
+    waiter=server
+    [ "$closer" = server ] && waiter=client
+    # PEER: until the close is reported; NONE: nothing is, wait a little
+    wait_args=(--linger 15)
+    [ "$mode" = none ] && wait_args=(--linger 3)
+    "$MR_BED" up --rails 2 --rate 500mbit
+    # shellcheck disable=SC2086
+    if [ "$waiter" = server ]; then
+        mr_server_start "$MR_DIR" 2 $env -- --hang-timeout 20 \
+            --err-mode "$mode" "${wait_args[@]}" ||
+            { mr_fail "server did not start"; return 0; }
+        mr_client_start "$MR_DIR" 2 $env -- --duration 6 --hang-timeout 20 \
+            --err-mode "$mode"
+    else
+        mr_server_start "$MR_DIR" 2 $env -- --hang-timeout 20 \
+            --err-mode "$mode" ||
+            { mr_fail "server did not start"; return 0; }
+        mr_client_start "$MR_DIR" 2 $env -- --duration 6 --hang-timeout 20 \
+            --err-mode "$mode" "${wait_args[@]}"
+    fi
+    if [ "$cm" = lost ]; then
+        sleep 2.5
+        "$MR_BED" fault rst m a
+    fi
+    mr_pair_wait "$MR_DIR"
+    mr_expect_clean "$MR_DIR"
+    if [ "$mode" = peer ]; then
+        grep -q "^EVENT .* kind=linger_end peer_closed=1" \
+            "$MR_DIR/$waiter.out" ||
+            mr_fail "$waiter did not hear of the $closer's close"
+    else
+        grep -q "^EVENT .* kind=linger_end peer_closed=0" \
+            "$MR_DIR/$waiter.out" ||
+            mr_fail "$waiter did not wait for the $closer's close"
+    fi
+    if [ "$cm" = lost ]; then
+        for role in client server; do
+            grep -q "(CM) connection was lost" "$MR_DIR/$role.out" ||
+                mr_fail "$role did not report the lost CM connection"
+        done
+    fi
+    mr_note="$(grep -h "kind=linger_end" "$MR_DIR/$waiter.out" |
+               sed 's/.*kind=//')"
+}
+
 # Debian's Open MPI (or with MR_MPI=mpich Debian's MPICH, device ch4:ucx,
 # launched by Hydra), unmodified, one rank per namespace (worker-address
 # endpoints, no error handler), on our library; rail r1 is reset mid-run.
@@ -381,6 +438,16 @@ mr_failover_all() {
     mr_run_test failover_stock_peer t_failover_stock_peer
     mr_run_test failover_cm_rst_endpoint_lives t_cm_rst y
     mr_run_test stock_cm_rst_kills_endpoint t_cm_rst n
+    # a peer's close, with and without its CM connection (issue 24)
+    local closer cm mode
+    for closer in client server; do
+        for cm in lost kept; do
+            for mode in peer none; do
+                mr_run_test "failover_close_${closer}_first_cm_${cm}_${mode}" \
+                    t_close "$closer" "$cm" "$mode"
+            done
+        done
+    done
     mr_run_test mpi_rail_cut_failover_on t_mpi_rail_cut y
     mr_run_test mpi_rail_cut_failover_off t_mpi_rail_cut n
     # found by a link event, and by TCP_USER_TIMEOUT + probes (issue 5)

@@ -93,9 +93,13 @@ void ucp_failover_cm_peer_closing(ucp_ep_h ep)
     }
 
     /* the CM disconnect came first, or the CM was lost before: the peer's
-     * close as stock UCX reports it */
+     * close as stock UCX reports it (UCS_ERR_CONNECTION_RESET), and as stock
+     * from a later progress call (stock learns of it from the CM's async
+     * event), so that what the peer sent before its close, delivered in this
+     * call, reaches the application first */
     fo->flags &= ~UCP_FAILOVER_EP_FLAG_CM_PENDING;
-    ucp_ep_set_failed(ep, ucp_ep_get_cm_lane(ep), UCS_ERR_CONNECTION_RESET);
+    ucp_ep_set_failed_schedule(ep, ucp_ep_get_cm_lane(ep),
+                               UCS_ERR_CONNECTION_RESET);
 }
 
 void ucp_failover_cm_check(ucp_failover_worker_t *fw, ucp_ep_h ep)

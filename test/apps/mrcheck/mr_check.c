@@ -147,6 +147,10 @@ static struct {
     double       hang_timeout;
     double       connect_timeout;
     double       settle;
+    double       linger;      /* after the exchange, wait that long for the
+                                 peer to close first */
+    int          peer_closed; /* the peer's close was reported after the
+                                 exchange */
     const char   *rails[MRC_MAX_RAILS];
     int          num_rails;
     int          tag_recvs;
@@ -174,6 +178,8 @@ static struct {
     int           err_cb;
     ucs_status_t  err_status;
     int           done;         /* errors after this are not counted */
+    const op_t    *final_op;    /* once this completes, the exchange is
+                                   over: the peer's close may follow */
     uint64_t      op_errors;
     int           hang;
     size_t        max_size;
@@ -620,6 +626,9 @@ static ucs_status_t wait_op(op_t *op, const char *what)
 
     while (!op->done) {
         progress();
+        if (op->done) {
+            break; /* completed, whatever came after it */
+        }
         if (g.err_cb && !g.done) {
             return g.err_status; /* the endpoint is gone */
         }
@@ -650,7 +659,13 @@ static void *xmalloc(size_t size)
 
 static void err_cb(void *arg, ucp_ep_h ep, ucs_status_t status)
 {
-    if (g.done) {
+    /* A peer that closes its endpoint after the exchange is reported as an
+     * error by UCX (a close is how a client/server peer learns the other
+     * left); it is one only if it comes before what the peer sent before
+     * its close: here, before the last message of the exchange arrived */
+    if (g.done || ((g.final_op != NULL) && g.final_op->done &&
+                   (g.final_op->status == UCS_OK))) {
+        g.peer_closed = 1;
         event("error_cb_after_done", "status=\"%s\"",
               ucs_status_string(status));
         return;
@@ -1743,6 +1758,7 @@ static int run_client(void)
 
     ctrl_recv_post(&setup_op, &setup, CTRL_SETUP);
     ctrl_recv_post(&report_op, &report, CTRL_REPORT);
+    g.final_op      = &report_op;
     g.last_progress = now();
     hello.type      = CTRL_HELLO;
     hello.num_sizes = g.num_sizes;
@@ -1857,7 +1873,8 @@ static int run_client(void)
     }
 
 out:
-    g.done = 1;
+    g.done     = 1;
+    g.final_op = NULL; /* (on this stack) */
     for (api = API_RMA; api <= API_AMO; ++api) {
         stats_finish(api, g.stats[api].max_seen);
     }
@@ -1922,6 +1939,23 @@ static void close_ep(void)
         ucp_request_free(sp);
     }
     g.ep = NULL;
+}
+
+/* Let the peer close first: progress until its close is reported (UCX
+ * reports a client/server peer's close with the error callback) */
+static void linger(void)
+{
+    double end = now() + g.linger;
+
+    if ((g.linger <= 0) || (g.ep == NULL) || g.hang ||
+        (g.err_cb && !g.peer_closed)) {
+        return;
+    }
+
+    while (!g.peer_closed && (now() < end)) {
+        progress();
+    }
+    event("linger_end", "peer_closed=%d", g.peer_closed);
 }
 
 static int print_result(void)
@@ -2009,6 +2043,9 @@ static void usage(void)
 "  --extra-eps N            --conn address: N more (idle) endpoints to the peer\n"
 "  --settle SEC             server: after the client's last message, how long\n"
 "                           a missing message may still arrive (default 3)\n"
+"  --linger SEC             after the exchange, progress until the peer's close\n"
+"                           is reported (the peer closes first) or SEC passed;\n"
+"                           EVENT linger_end peer_closed=0|1\n"
 "  --sleep SEC              before the traffic, sleep on the worker's event\n"
 "                           fd (as ucp_worker_wait()) for SEC, progressing\n"
 "                           only when woken (EVENT sleep_end wakeups=N)\n"
@@ -2102,6 +2139,7 @@ int main(int argc, char **argv)
         {"sleep", required_argument, 0, 'Z'},
         {"stall", required_argument, 0, 'Y'},
         {"slow-log", required_argument, 0, 'L'},
+        {"linger", required_argument, 0, 'G'},
         {0, 0, 0, 0}
     };
     int c, api, any_api = 0, rc;
@@ -2143,6 +2181,7 @@ int main(int argc, char **argv)
         case 'H': g.hang_timeout = atof(optarg); break;
         case 'T': g.connect_timeout = atof(optarg); break;
         case 'W': g.settle = atof(optarg); break;
+        case 'G': g.linger = atof(optarg); break;
         case 'X': g.extra_eps = atoi(optarg); break;
         case 'Z': g.sleep = atof(optarg); break;
         case 'Y': {
@@ -2222,6 +2261,7 @@ int main(int argc, char **argv)
     } else {
         run_client();
     }
+    linger();
     timeline(1);
     rc = print_result();
 
