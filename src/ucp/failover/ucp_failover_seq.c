@@ -174,6 +174,8 @@ typedef struct ucp_failover_seq_ep {
     uct_pending_req_t  resume;        /* on the transport endpoint: send the
                                          backlog when it has resources */
     int                resume_queued;
+    uct_ep_h           resume_ep;     /* the transport endpoint whose queue
+                                         holds 'resume' */
     int                window_full;
     int                dispatching;   /* running requests of 'pending' */
     uct_worker_cb_id_t dispatch_id;
@@ -678,11 +680,22 @@ static ucs_status_t ucp_failover_seq_send_backlog(ucp_failover_seq_ep_t *seq_ep)
  * wait on the transport's own queue: a transport may require that a request
  * it dispatches either sends or completes (UCT/TCP asserts it), and one that
  * finds the window full does neither.
+ *
+ * @a queued_on is the transport endpoint whose pending queue is running the
+ * resume request now (NULL when not called from there). Then the resume
+ * request must not be added to that queue again from inside its own
+ * callback: transports that keep pending requests in an arbiter (RC, DC, UD)
+ * would dispatch it again in the same pass while no send completion can be
+ * reaped, a livelock. It stays queued instead: UCS_ERR_NO_RESOURCE is
+ * returned for the callback to return.
  */
-static void ucp_failover_seq_kick(ucp_failover_seq_ep_t *seq_ep)
+static ucs_status_t ucp_failover_seq_kick_from(ucp_failover_seq_ep_t *seq_ep,
+                                               uct_ep_h queued_on)
 {
+    ucs_status_t ret = UCS_OK;
     uct_pending_req_priv_queue_t *priv;
     ucs_status_t status;
+    uct_ep_h tl_ep;
     int retries, dispatching;
 
     ++seq_ep->busy;
@@ -713,10 +726,18 @@ static void ucp_failover_seq_kick(ucp_failover_seq_ep_t *seq_ep)
         }
 
         /* the current transport endpoint: a failover may have changed it */
-        status = uct_ep_pending_add(ucp_failover_seq_tl_ep(seq_ep),
-                                    &seq_ep->resume, 0);
+        tl_ep = ucp_failover_seq_tl_ep(seq_ep);
+        if (tl_ep == queued_on) {
+            seq_ep->resume_queued = 1;
+            seq_ep->resume_ep     = tl_ep;
+            ret                   = UCS_ERR_NO_RESOURCE;
+            goto out;
+        }
+
+        status = uct_ep_pending_add(tl_ep, &seq_ep->resume, 0);
         if (status == UCS_OK) {
             seq_ep->resume_queued = 1;
+            seq_ep->resume_ep     = tl_ep;
             goto out;
         } else if (status != UCS_ERR_BUSY) {
             goto out; /* the lane is failing */
@@ -730,6 +751,12 @@ static void ucp_failover_seq_kick(ucp_failover_seq_ep_t *seq_ep)
 
 out:
     --seq_ep->busy;
+    return ret;
+}
+
+static void ucp_failover_seq_kick(ucp_failover_seq_ep_t *seq_ep)
+{
+    (void)ucp_failover_seq_kick_from(seq_ep, NULL);
 }
 
 static unsigned ucp_failover_seq_ep_release(void *arg)
@@ -760,7 +787,10 @@ static ucs_status_t ucp_failover_seq_resume_progress(uct_pending_req_t *self)
                                                      ucp_failover_seq_ep_t,
                                                      resume);
 
+    uct_ep_h queued_on            = seq_ep->resume_ep;
+
     seq_ep->resume_queued = 0;
+    seq_ep->resume_ep     = NULL;
     if (seq_ep->dead) {
         /* a wrapper taken off a live transport endpoint while this request
          * waited there (ucp_failover_seq_dissolve): its last reference */
@@ -768,8 +798,7 @@ static ucs_status_t ucp_failover_seq_resume_progress(uct_pending_req_t *self)
         return UCS_OK;
     }
 
-    ucp_failover_seq_kick(seq_ep);
-    return UCS_OK;
+    return ucp_failover_seq_kick_from(seq_ep, queued_on);
 }
 
 /*
@@ -899,8 +928,13 @@ ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
 static UCS_F_ALWAYS_INLINE int ucp_failover_seq_passthrough(uint8_t id)
 {
     /* failover's own control messages are not sequenced: they are about
-     * lanes, and must pass while the sequence is held up */
-    return (id == UCP_AM_ID_FAILOVER) || (id == UCP_AM_ID_FAILOVER_SEQ);
+     * lanes, and must pass while the sequence is held up. Neither are
+     * wireup's: they connect the lanes, and the peer may need one (the
+     * wireup ACK, which makes its RC lanes ready) before it can acknowledge
+     * anything, so one held up behind a full window is a deadlock; a lost
+     * one is handled by wireup, as without failover */
+    return (id == UCP_AM_ID_FAILOVER) || (id == UCP_AM_ID_FAILOVER_SEQ) ||
+           (id == UCP_AM_ID_WIREUP);
 }
 
 static ucs_status_t
@@ -1046,6 +1080,7 @@ static ucs_status_t ucp_failover_seq_ep_pending_add(uct_ep_h uct_ep,
         }
 
         seq_ep->resume_queued = 1;
+        seq_ep->resume_ep     = ucp_failover_seq_tl_ep(seq_ep);
     }
 
     uct_pending_req_queue_push(&seq_ep->pending, req);
@@ -1227,6 +1262,7 @@ UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
     self->stream        = st;
     self->resume.func   = ucp_failover_seq_resume_progress;
     self->resume_queued = 0;
+    self->resume_ep     = NULL;
     self->window_full   = 0;
     self->dispatching   = 0;
     self->dispatch_id   = UCS_CALLBACKQ_ID_NULL;
