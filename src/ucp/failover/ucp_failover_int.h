@@ -391,6 +391,11 @@ typedef struct ucp_failover_worker {
     khash_t(ucp_failover_rail_set) healed_rails;
     /* Resources with a link-up event not acted on yet */
     uint8_t                   up_events[UCP_MAX_RESOURCES];
+    /* Resources whose network device was down (no carrier, down, gone) at
+     * its last link event: their failed lanes are not re-probed until a
+     * link-up event (a connect over a dead link only fails, and RC logs
+     * it as an error) */
+    uint8_t                   link_down[UCP_MAX_RESOURCES];
     uint32_t                  token_seq;       /* last attempt token */
     ucs_time_t                log_window;      /* recovery log rate limit */
     unsigned                  log_count;

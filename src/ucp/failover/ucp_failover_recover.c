@@ -656,6 +656,14 @@ static void ucp_failover_recover_connect(ucp_ep_h ep, ucp_lane_index_t lane,
         goto refuse;
     }
 
+    if (ep->worker->failover->link_down[ucp_ep_get_rsc_index(ep, lane)]) {
+        /* the device is down here: connecting could only fail (RC logs it
+         * as an error); our link-up event starts an attempt */
+        ucs_debug("ep %p: lane[%d] CONNECT while its device is down here, "
+                  "refused", ep, lane);
+        goto refuse;
+    }
+
     if (!ucp_failover_lane_is_failed(ep, rl->lane)) {
         /* the peer lost its side of the connection: so did we */
         if (!ucp_failover_lane_can_fail(ep, rl->lane)) {
@@ -907,6 +915,11 @@ void ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep)
 
         if (!healed && ((now < rl->next_attempt) ||
                         ucp_failover_rail_in(&fw->busy_rails, rail))) {
+            continue;
+        }
+
+        if (fw->link_down[rsc_index]) {
+            /* the device is down here: its link-up event re-probes */
             continue;
         }
 

@@ -300,6 +300,19 @@ static unsigned ucp_failover_worker_event_progress(void *arg)
 
     UCS_ASYNC_BLOCK(&worker->async);
 
+    /* A device's state now, after its events: what the re-probes of its
+     * failed lanes wait for (only resources that had events are queried) */
+    for (rsc_index = 0; rsc_index < worker->context->num_tls; ++rsc_index) {
+        if ((events[rsc_index] == UCP_FAILOVER_LINK_NONE) && !ups[rsc_index]) {
+            continue;
+        }
+
+        fw->link_down[rsc_index] =
+                (fw->netdev[rsc_index][0] != '\0') &&
+                ucp_failover_link_event_is_down(
+                        ucp_failover_link_query(fw->netdev[rsc_index]));
+    }
+
     /* A device came back: the next probe round re-probes its failed lanes
      * at once (ucp_failover_recover.c) */
     for (rsc_index = 0; rsc_index < UCP_MAX_RESOURCES; ++rsc_index) {
