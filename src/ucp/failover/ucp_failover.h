@@ -234,6 +234,17 @@ void ucp_failover_req_purge(ucp_request_t *req);
 
 
 /**
+ * RMA completion hook: the put or get @a req (basic protocol, all of it
+ * posted) completed with an error. If the endpoint can fail over, send it
+ * again, whole, on the current lanes.
+ *
+ * @return 1 if the request was taken over (it completes later), 0 if it must
+ *         complete with the error as without failover.
+ */
+int ucp_failover_rma_restart(ucp_request_t *req);
+
+
+/**
  * Flush completion hook: the flush request @a req completed with an error.
  * If the endpoint can fail over, flush its current lanes again (the failed
  * ones are skipped), resuming through @a flush_cb.

@@ -531,6 +531,101 @@ int ucp_failover_flush_restart(ucp_request_t *req, ucs_callback_t flush_cb)
     return 1;
 }
 
+static int ucp_failover_reroute_rkey_req(ucp_request_t *req);
+
+/*
+ * RMA put and get on a transport's own RMA (RC: RDMA write and read)
+ *
+ * When the lane fails under such a request, its fragments in flight complete
+ * with an error (the lane's operations are cancelled). The whole request is
+ * sent again on the endpoint's current lanes: put and get are idempotent, the
+ * same bytes land at the same place (a fragment that did land is written or
+ * read again). Only the basic (offloaded) protocol: the software one runs on
+ * the sequenced am lane, whose messages are sent again by the sequencing.
+ */
+static int ucp_failover_rma_is_basic(const ucp_request_t *req)
+{
+    const ucp_rma_proto_t *rma = UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO);
+
+    return (req->send.uct.func == rma->progress_put) ||
+           (req->send.uct.func == rma->progress_get);
+}
+
+static unsigned ucp_failover_rma_restart_progress(void *arg)
+{
+    ucp_request_t *req = arg;
+    ucp_ep_h ep        = req->send.ep;
+    ucs_status_t status;
+
+    if (ep->flags & UCP_EP_FLAG_FAILED) {
+        /* every lane is gone: complete as without failover */
+        status = UCS_ERR_CONNECTION_RESET;
+        goto err;
+    }
+
+    ucp_failover_reroute_rkey_req(req);
+    if (req->send.lane == UCP_NULL_LANE) {
+        status = UCS_ERR_UNREACHABLE;
+        goto err;
+    }
+
+    if (req->send.state.dt.dt.contig.md_map != 0) {
+        /* zero-copy: the buffer was registered for the failed lane's memory
+         * domain; now for the new lane's */
+        ucp_request_send_buffer_dereg(req);
+        status = ucp_request_send_buffer_reg_lane(req, req->send.lane, 0);
+        if (status != UCS_OK) {
+            goto err;
+        }
+    }
+
+    ucs_debug("req %p: ep %p RMA %s of %zu bytes sent again on lane[%d]", req,
+              ep, (req->send.uct.func ==
+                   UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put) ?
+              "put" : "get", req->send.length, req->send.lane);
+    ucp_request_send(req);
+    return 1;
+
+err:
+    /* as the completion would have: the length is all posted */
+    req->send.length                = 0;
+    req->send.state.uct_comp.status = status;
+    req->send.state.uct_comp.func(&req->send.state.uct_comp);
+    return 1;
+}
+
+int ucp_failover_rma_restart(ucp_request_t *req)
+{
+    ucp_ep_h ep                = req->send.ep;
+    uct_worker_cb_id_t prog_id = UCS_CALLBACKQ_ID_NULL;
+    ucp_failover_ep_t *fo      = ucp_failover_ep(ep);
+
+    if (!ucp_failover_can_redrive(ep) || !ucp_failover_rma_is_basic(req)) {
+        return 0;
+    }
+
+    ucs_debug("req %p: ep %p RMA failed (%s), sending it again", req, ep,
+              ucs_status_string(req->send.state.uct_comp.status));
+    ++fo->num_restarts;
+    ++fo->num_redriven;
+    fo->redriven_bytes += req->send.rma.fo_length;
+
+    req->send.buffer                = req->send.rma.fo_buffer;
+    req->send.length                = req->send.rma.fo_length;
+    req->send.rma.remote_addr       = req->send.rma.fo_remote_addr;
+    req->send.state.dt.offset       = 0;
+    req->send.state.uct_comp.count  = 0;
+    req->send.state.uct_comp.status = UCS_OK;
+    req->send.pending_lane          = UCP_NULL_LANE;
+
+    /* from progress, as a rendezvous restart: the endpoint may not have its
+     * new configuration yet */
+    uct_worker_progress_register_safe(ep->worker->uct,
+                                      ucp_failover_rma_restart_progress, req,
+                                      UCS_CALLBACKQ_FLAG_ONESHOT, &prog_id);
+    return 1;
+}
+
 /*
  * RMA and AMO requests take their lane from the rkey's cache, resolved for
  * one endpoint configuration; after a failover, resolve it again for the
