@@ -22,6 +22,10 @@ build_pkgs="build-essential dpkg-dev pkg-config autoconf automake libtool
             libnl-3-dev libnl-route-3-dev"
 run_pkgs="iproute2 iputils-ping nftables procps psmisc libucx0 ucx-utils openmpi-bin
           libopenmpi-dev mpich libmpich-dev gnuplot-nox"
+# the soft-RoCE bed (test/roce/vm.sh): QEMU guests with Debian's kernel
+roce_pkgs="qemu-system-x86 busybox-static ibverbs-utils ibverbs-providers kmod
+           cpio socat"
+run_pkgs="$run_pkgs $roce_pkgs"
 
 install_deps() {
     [ "${MRFO_NO_DEPS:-0}" = 1 ] && return 0
@@ -161,4 +165,9 @@ stage_source
 configure_tree
 build_tree
 [ -f "$top/test/apps/mrcheck/Makefile" ] && build_checker
+# the soft-RoCE bed's kernel and initramfs (fetched with apt, not installed);
+# no CPU lock of the developers' (the build may run under it)
+log "preparing the soft-RoCE bed (build/roce)"
+ROCE_LOCK= "$top/test/roce/vm.sh" prepare >"$MRFO_BUILD_DIR/roce-prepare.log" 2>&1 ||
+    { tail -20 "$MRFO_BUILD_DIR/roce-prepare.log" >&2; die "soft-RoCE bed preparation failed"; }
 log "done: $MRFO_PREFIX"

@@ -37,10 +37,12 @@ mkdir -p "$MRFO_RESULTS"
 . "$top/test/multirail/tests_detect.sh"
 . "$top/test/multirail/tests_recover.sh"
 . "$top/test/multirail/tests_soak.sh"
+. "$top/test/multirail/tests_roce.sh"
 
 mr_hogs=()
 cleanup() {
     "$MR_BED" down >/dev/null 2>&1 || true
+    mr_roce_down
     if [ ${#mr_hogs[@]} -gt 0 ]; then
         kill "${mr_hogs[@]}" 2>/dev/null || true
         mr_hogs=()
@@ -64,6 +66,8 @@ mr_failover_all
 mr_detect_all
 mr_recover_all
 mr_soak_all
+# the RoCE rails, in two QEMU guests (after the TCP bed: both take the CPUs)
+mr_roce_all
 cleanup
 
 echo "test time: $(( $(date +%s) - t0 )) s; logs: $MRFO_RESULTS" >&2

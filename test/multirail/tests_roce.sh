@@ -1,0 +1,221 @@
+# Test-bed tests on RoCE rails (sourced by contrib/test.sh): two QEMU guests
+# with Debian's kernel and rdma_rxe (test/roce/vm.sh), rails rxe0 (eth1) and
+# rxe1 (eth2), the CM over TCP on eth0: the setup users report. The guests
+# boot once for all of these tests; each test runs the checker between them
+# with real verbs RC lanes (rc_verbs). Their outputs are copied into the
+# test's folder as client.out / server.out, so lib.sh's checks apply.
+
+MR_VM=${MR_VM:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../roce" && pwd)/vm.sh}
+MR_ROCE_RUN=${ROCE_BUILD:-$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." &&
+                            pwd)/build/roce}/run
+# the test command is not a job of its own under the developers' CPU lock
+export ROCE_LOCK=
+
+mr_roce_up=0
+mr_roce_port=13400
+
+# The UCX environment of a checker in a guest. Worker-address endpoints
+# (no CM) need an auxiliary transport to carry wireup over RC: ud_verbs, as
+# on any InfiniBand/RoCE cluster (MR_ROCE_TLS=rc_verbs,ud_verbs)
+mr_roce_env() {
+    local tls=${MR_ROCE_TLS:-rc_verbs}
+    echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_TLS=$tls,tcp" \
+         "UCX_NET_DEVICES=rxe0:1,rxe1:1,eth0 UCX_MAX_EAGER_RAILS=2" \
+         "UCX_MAX_RNDV_RAILS=2 UCX_IB_ROCE_LOCAL_SUBNET=y UCX_LOG_LEVEL=info"
+}
+
+# Boot the guests (once); 1 if they do not come up
+mr_roce_boot() {
+    [ "$mr_roce_up" = 1 ] && return 0
+    "$MR_VM" prepare >"$MRFO_RESULTS/roce-prepare.log" 2>&1 || return 1
+    "$MR_VM" down >/dev/null 2>&1 || true
+    if "$MR_VM" up >"$MRFO_RESULTS/roce-up.log" 2>&1; then
+        mr_roce_up=1
+        return 0
+    fi
+    cp "$MR_ROCE_RUN"/*.console "$MRFO_RESULTS/" 2>/dev/null || true
+    return 1
+}
+
+mr_roce_down() {
+    [ "$mr_roce_up" = 1 ] || return 0
+    cp "$MR_ROCE_RUN"/*.console "$MRFO_RESULTS/" 2>/dev/null || true
+    "$MR_VM" down >/dev/null 2>&1 || true
+    mr_roce_up=0
+}
+
+# A job's stdout in its guest's share (grows while it runs)
+mr_roce_out() { echo "$MR_ROCE_RUN/$1/out/$2.out"; }
+
+# mr_roce_pair_start TAG FAILOVER(y|n) DURATION [ENV=VAL ...] -- [args]:
+# the checker's server in b and client in a (background jobs srv-TAG and
+# cli-TAG); 1 if the server does not listen
+mr_roce_pair_start() {
+    local tag=$1 fo=$2 dur=$3 envs=() bm i out
+    shift 3
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
+    [ "${1:-}" = -- ] && shift
+    mr_roce_port=$((mr_roce_port + 1))
+    bm=$("$MR_VM" addr b m)
+    # shellcheck disable=SC2046
+    "$MR_VM" spawn b "srv-$tag" env $(mr_roce_env) \
+        UCX_MULTIRAIL_FAILOVER="$fo" "${envs[@]}" \
+        timeout -k 5 $((dur + 150)) "$MR_CHECK" --server --listen "$bm" \
+        --port "$mr_roce_port" --rails eth1,eth2 --hang-timeout 40 "$@" \
+        >/dev/null
+    out=$(mr_roce_out b "srv-$tag")
+    for ((i = 0; i < 300; i++)); do
+        [ -f "$out" ] && grep -q -e '^LISTENING' -e '^RESULT' "$out" && break
+        sleep 0.2
+    done
+    grep -q '^LISTENING' "$out" 2>/dev/null || return 1
+    # shellcheck disable=SC2046
+    "$MR_VM" spawn a "cli-$tag" env $(mr_roce_env) \
+        UCX_MULTIRAIL_FAILOVER="$fo" "${envs[@]}" \
+        timeout -k 5 $((dur + 120)) "$MR_CHECK" --client "$bm" \
+        --port "$mr_roce_port" --rails eth1,eth2 --duration "$dur" \
+        --hang-timeout 40 "$@" >/dev/null
+}
+
+# Wait until the client's timeline shows traffic (bounded: 60 s)
+mr_roce_wait_traffic() {
+    local out i
+    out=$(mr_roce_out a "cli-$1")
+    for ((i = 0; i < 300; i++)); do
+        [ -f "$out" ] && grep -q -E '^TL .* msgs=[1-9]' "$out" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# mr_roce_pair_wait TAG DURATION: wait for both, copy their output into
+# MR_DIR; sets mr_rc_client and mr_rc_server
+mr_roce_pair_wait() {
+    local tag=$1 dur=$2
+    mr_rc_client=0
+    mr_rc_server=0
+    "$MR_VM" wait a "cli-$tag" $((dur + 130)) >"$MR_DIR/client.out" \
+        2>"$MR_DIR/client.err" || mr_rc_client=$?
+    "$MR_VM" wait b "srv-$tag" 60 >"$MR_DIR/server.out" \
+        2>"$MR_DIR/server.err" || mr_rc_server=$?
+    # a job that did not end is killed (its group), bounded
+    "$MR_VM" running a "cli-$tag" && "$MR_VM" signal a "cli-$tag" KILL
+    "$MR_VM" running b "srv-$tag" && "$MR_VM" signal b "srv-$tag" KILL
+    return 0
+}
+
+# The bed is what it says: two active RoCE ports per guest, rc_verbs on
+# both, only 198.18.0.0/15 addresses, no default route
+t_roce_bed() {
+    local g out
+    mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
+    for g in a b; do
+        out=$("$MR_VM" exec "$g" ibv_devinfo 2>&1 || true)
+        mr_expect_eq "$g: active RoCE ports" 2 \
+            "$(grep -c PORT_ACTIVE <<<"$out" || true)"
+        out=$("$MR_VM" exec "$g" env LD_LIBRARY_PATH="$MRFO_PREFIX/lib" \
+              "$MRFO_PREFIX/bin/ucx_info" -d 2>&1 || true)
+        for tl in rc_verbs/rxe0:1 rc_verbs/rxe1:1 ud_verbs/rxe0:1 \
+                  ud_verbs/rxe1:1; do
+            awk '/Transport:/ {t = $3} /Device:/ {print t "/" $3}' \
+                <<<"$out" | grep -x "$tl" >/dev/null ||
+                mr_fail "$g: ucx_info -d does not list $tl"
+        done
+        out=$("$MR_VM" exec "$g" ip -4 -o addr show 2>&1 || true)
+        if awk '{print $4}' <<<"$out" | grep -v '^127\.' |
+               grep -v '^198\.1[89]\.' >/dev/null; then
+            mr_fail "$g: an address outside 198.18.0.0/15"
+        fi
+        out=$("$MR_VM" exec "$g" ip route show default 2>&1 || true)
+        [ -z "$out" ] || mr_fail "$g: a default route: $out"
+    done
+}
+
+# t_roce_healthy FAILOVER CONN MODE: all APIs from the first message (the
+# deadlock and livelock of issue 21 showed here): clean, both rails carry
+# traffic
+t_roce_healthy() {
+    local fo=$1 conn=$2 mode=$3 tag=healthy-$1-$2-$3 tx0 tx1
+    mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
+    mr_roce_pair_start "$tag" "$fo" 8 -- --conn "$conn" --err-mode "$mode" ||
+        { mr_fail "server did not listen"; mr_roce_pair_wait "$tag" 8;
+          return 0; }
+    mr_roce_pair_wait "$tag" 8
+    mr_expect_clean "$MR_DIR"
+    tx0=$(mr_rail_tx "$MR_DIR/client.out" eth1)
+    tx1=$(mr_rail_tx "$MR_DIR/client.out" eth2)
+    [ "$tx0" -gt 1000000 ] || mr_fail "rail 0 carried $tx0 bytes"
+    [ "$tx1" -gt 1000000 ] || mr_fail "rail 1 carried $tx1 bytes"
+    mr_note="eth1_tx=$tx0 eth2_tx=$tx1"
+}
+
+# t_roce_link_cut GUEST RAIL CONN MODE [APIS]: the reported case. Failover on, all
+# APIs streaming; the carrier of RAIL on GUEST goes away (QEMU set_link off:
+# the wire unplugged) 4 s into the traffic and comes back 6 s later. Clean,
+# the lane failed over on the side that lost carrier, came back on both
+# sides, and the rail carries traffic again after it healed.
+t_roce_link_cut() {
+    local g=$1 rail=$2 conn=$3 mode=$4 apis=${5:-tag,am,stream,rma,amo}
+    local tag=cut-$1-$2-$3-$4 dur=28 role
+    local t_restore dev=rxe$2 back tx_after
+    mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
+    mr_roce_pair_start "$tag" y "$dur" -- --conn "$conn" --err-mode "$mode" \
+        --apis "$apis" ||
+        { mr_fail "server did not listen"; mr_roce_pair_wait "$tag" "$dur";
+          return 0; }
+    mr_roce_wait_traffic "$tag" || mr_fail "no traffic"
+    sleep 4
+    "$MR_VM" fault link "$g" "$rail" >>"$MR_DIR/faults.log" 2>&1 ||
+        mr_fail "fault link $g $rail"
+    sleep 6
+    "$MR_VM" restore link "$g" "$rail" >>"$MR_DIR/faults.log" 2>&1 ||
+        mr_fail "restore link $g $rail"
+    t_restore=$(mr_now)
+    mr_roce_pair_wait "$tag" "$dur"
+    mr_expect_clean "$MR_DIR"
+    for role in client server; do
+        grep -q "rc_verbs/$dev:1 failed (" "$MR_DIR/$role.out" ||
+            mr_fail "$role did not fail the $dev lane over"
+        back=$(awk '/^RESULT/ { exit } { print }' "$MR_DIR/$role.out" |
+               grep -E "rc_verbs/$dev:1 (failed \(|is back)" | tail -1)
+        grep "is back" >/dev/null <<<"$back" ||
+            mr_fail "$role: the $dev lane is not back (last: ${back:0:160})"
+    done
+    tx_after=$(mr_rail_tx_between "$MR_DIR/client.out" "eth$((rail + 1))" \
+               "$(awk -v t="$t_restore" 'BEGIN { printf "%.3f", t + 3 }')")
+    [ "$tx_after" -gt 100000 ] ||
+        mr_fail "rail $rail carried $tx_after bytes after it healed (+3 s)"
+    mr_note="eth$((rail + 1))_tx_after_heal=$tx_after"
+}
+
+mr_roce_all() {
+    local any=0 name
+    for name in roce_bed roce_healthy_failover_off_sockaddr_peer \
+                roce_healthy_failover_on_sockaddr_peer \
+                roce_reported_case_link_r1_a roce_link_r0_amlane_b; do
+        if [ -z "${MR_FILTER:-}" ] || [[ $name == $MR_FILTER ]]; then
+            any=1
+        fi
+    done
+    [ "$any" = 1 ] || return 0
+
+    mr_run_test roce_bed t_roce_bed
+    mr_run_test roce_healthy_failover_off_sockaddr_peer \
+        t_roce_healthy n sockaddr peer
+    mr_run_test roce_healthy_failover_on_sockaddr_peer \
+        t_roce_healthy y sockaddr peer
+    # (worker-address endpoints are not run here yet: over RoCE they need an
+    # auxiliary transport for wireup, and with ud_verbs our library with
+    # failover off aborts on this bed in UD's "unhandled timeout error", as
+    # wireup over UD does not complete; to be investigated)
+    # two RoCE rails + the CM on TCP, one wire unplugged mid-stream, then
+    # plugged back
+    mr_run_test roce_reported_case_link_r1_a t_roce_link_cut a 1 sockaddr peer
+    # the am lane's rail, on the other side; it also carries the RMA and
+    # atomic lanes: RMA put/get in flight are sent again (patch 0037), but
+    # a hardware atomic in flight on the failing lane is not re-driven yet
+    # (it completes with an error), so atomics are left out of this one
+    mr_run_test roce_link_r0_amlane_b t_roce_link_cut b 0 sockaddr peer \
+        tag,am,stream,rma
+    mr_roce_down
+}
