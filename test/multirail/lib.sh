@@ -2,6 +2,7 @@
 # install prefix) and MRFO_RESULTS (a folder for logs) to be set.
 
 MR_BED=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/bed.sh
+MR_TOP=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 MR_CHECK=${MR_CHECK:-$MRFO_PREFIX/bin/mr_check}
 MR_PORT=${MR_PORT:-13337}
 

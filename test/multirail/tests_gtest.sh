@@ -59,6 +59,7 @@ mr_gtest_devorder() {
        ! [[ gtest_lane_wireup == $MR_FILTER ]] &&
        ! [[ gtest_lane_am_steps == $MR_FILTER ]] &&
        ! [[ gtest_lane_three == $MR_FILTER ]] &&
+       ! [[ gtest_lane_version == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_failed_in_rx == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_canceled_rx == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_reuse_conn_fail == $MR_FILTER ]]; then
@@ -93,6 +94,9 @@ mr_gtest_devorder() {
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_traffic 'tcp/test_ucp_multirail_traffic.*' "$ns"
+    # the wire version in the negotiation (issue 24)
+    UCX_NET_DEVICES=d0x,d1x \
+        mr_gtest lane_version 'tcp/test_ucp_multirail_version.*' "$ns"
     # a data lane failing while wireup still connects it
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_wireup 'tcp/test_ucp_multirail_wireup.*' "$ns"

@@ -48,6 +48,35 @@ t_ucx_info_knobs() {
         mr_fail "Debian's ucx_info did not load our libucp.so.0"
 }
 
+# The site-wide switch: contrib/ucx.conf.example in a configuration
+# directory turns failover on (Debian's ucx_info on our library shows it),
+# the environment overrides the file, and a pair of checkers started with
+# only the file (no UCX_MULTIRAIL_* in their environment) fails a reset rail
+# over and ends clean
+t_ucx_conf() {
+    local dir=$MR_DIR/conf out
+    mkdir -p "$dir"
+    cp "$MR_TOP/contrib/ucx.conf.example" "$dir/ucx.conf"
+    out=$(UCX_CONFIG_DIR=$dir LD_LIBRARY_PATH=$MRFO_PREFIX/lib \
+          /usr/bin/ucx_info -c 2>&1)
+    grep -x "UCX_MULTIRAIL_FAILOVER=y" <<<"$out" >/dev/null ||
+        mr_fail "the file did not turn failover on"
+    out=$(UCX_CONFIG_DIR=$dir UCX_MULTIRAIL_FAILOVER=n \
+          LD_LIBRARY_PATH=$MRFO_PREFIX/lib /usr/bin/ucx_info -c 2>&1)
+    grep -x "UCX_MULTIRAIL_FAILOVER=n" <<<"$out" >/dev/null ||
+        mr_fail "the environment did not override the file"
+    "$MR_BED" up --rails 2 --rate 500mbit
+    mr_pair_start 2 6 "UCX_CONFIG_DIR=$dir UCX_LOG_LEVEL=info" \
+        "UCX_CONFIG_DIR=$dir UCX_LOG_LEVEL=info" || return 0
+    sleep 2.5
+    "$MR_BED" fault rst 1 a
+    mr_pair_wait "$MR_DIR"
+    mr_expect_clean "$MR_DIR"
+    grep -q "tcp/r1 failed (" "$MR_DIR/client.out" ||
+        grep -q "tcp/r1 failed (" "$MR_DIR/server.out" ||
+        mr_fail "no side failed r1 over"
+}
+
 # A wrong knob value, or a combination failover does not support, stops
 # ucp_init with UCX's clear error, and no traffic. Each item is
 # "VAR=VALUE[,VAR=VALUE]:what the error must name"
@@ -237,6 +266,7 @@ mr_stock_all() {
     mr_run_test dropin_abi t_dropin_abi
     mr_run_test ucx_info_knobs t_ucx_info_knobs
     mr_run_test bad_knob_values t_bad_knob_values
+    mr_run_test ucx_conf_site_switch t_ucx_conf
     mr_run_test bed_faults t_bed_faults
     mr_run_test checker_detects_loss t_checker_selftest skip lost
     mr_run_test checker_detects_dup t_checker_selftest dup dup

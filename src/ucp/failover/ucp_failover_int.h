@@ -331,6 +331,10 @@ ucp_failover_link_event_t ucp_failover_link_flags_event(unsigned flags);
 ucp_failover_link_event_t ucp_failover_link_query(const char *ifname);
 
 
+/** Whether network device @a netdev ("" when unknown: no) is down now */
+int ucp_failover_link_is_down(const char *netdev);
+
+
 /** Where the link watcher reports events (from the async context) */
 typedef void (*ucp_failover_link_cb_t)(void *arg, const char *ifname,
                                        ucp_failover_link_event_t event);

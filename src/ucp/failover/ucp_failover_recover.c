@@ -414,14 +414,23 @@ static void ucp_failover_attempt_failed(ucp_failover_rec_lane_t *rl,
         rl->gave_up = 1;
     }
 
-    if (!(ep->flags & UCP_EP_FLAG_FAILED) &&
-        ucp_failover_lane_is_failed(ep, rl->lane)) {
+    if ((ep->flags & UCP_EP_FLAG_FAILED) ||
+        !ucp_failover_lane_is_failed(ep, rl->lane)) {
+        return;
+    }
+
+    if (rl->gave_up) {
         ucp_failover_lane_desc(ep, rl->lane, &desc);
         ucp_failover_recover_log(ep->worker->failover,
-                                 "ep %p: %s re-probe %u failed (%s), %s", ep,
-                                 ucs_string_buffer_cstr(&desc), rl->attempts,
-                                 why, rl->gave_up ? "giving up" :
-                                 "retrying later");
+                                 "ep %p: %s re-probe %u failed (%s), giving "
+                                 "up", ep, ucs_string_buffer_cstr(&desc),
+                                 rl->attempts, why);
+    } else if (ucs_log_is_enabled(UCS_LOG_LEVEL_DEBUG)) {
+        /* a re-probe of a rail that has not healed is expected to fail:
+         * debug level (the lane's failure and its return are info) */
+        ucp_failover_lane_desc(ep, rl->lane, &desc);
+        ucs_debug("ep %p: %s re-probe %u failed (%s), retrying later", ep,
+                  ucs_string_buffer_cstr(&desc), rl->attempts, why);
     }
 }
 
@@ -843,6 +852,18 @@ void ucp_failover_recover_msg(ucp_ep_h ep, ucp_lane_index_t lane,
 void ucp_failover_recover_round_begin(ucp_failover_worker_t *fw)
 {
     ucp_failover_rec_lane_t *rl;
+    ucp_rsc_index_t rsc_index;
+
+    /* A device held down is looked at again each round (one query per such
+     * device, none while every device is up): its link-up event may have
+     * been lost (netlink overrun) */
+    for (rsc_index = 0; rsc_index < fw->worker->context->num_tls;
+         ++rsc_index) {
+        if (fw->link_down[rsc_index] &&
+            !ucp_failover_link_is_down(fw->netdev[rsc_index])) {
+            fw->link_down[rsc_index] = 0;
+        }
+    }
 
     /* one attempt per rail to a peer at a time, until one succeeds */
     kh_clear(ucp_failover_rail_set, &fw->busy_rails);

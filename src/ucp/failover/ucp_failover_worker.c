@@ -177,6 +177,12 @@ void ucp_failover_worker_device_event(ucp_worker_h worker,
     }
 }
 
+int ucp_failover_link_is_down(const char *netdev)
+{
+    return (netdev[0] != '\0') &&
+           ucp_failover_link_event_is_down(ucp_failover_link_query(netdev));
+}
+
 static void ucp_failover_worker_link_cb(void *arg, const char *ifname,
                                         ucp_failover_link_event_t event)
 {
@@ -308,9 +314,7 @@ static unsigned ucp_failover_worker_event_progress(void *arg)
         }
 
         fw->link_down[rsc_index] =
-                (fw->netdev[rsc_index][0] != '\0') &&
-                ucp_failover_link_event_is_down(
-                        ucp_failover_link_query(fw->netdev[rsc_index]));
+                ucp_failover_link_is_down(fw->netdev[rsc_index]);
     }
 
     /* A device came back: the next probe round re-probes its failed lanes

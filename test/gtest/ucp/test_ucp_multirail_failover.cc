@@ -281,6 +281,7 @@ extern "C" {
 #include <ucp/core/ucp_ep.inl>
 #include <ucp/core/ucp_proxy_ep.h>
 #include <ucp/wireup/wireup_ep.h>
+#include <ucp/wireup/address.h>
 #include <ucp/core/ucp_worker.inl>
 #include <ucp/failover/ucp_failover_int.h>
 #include <ucs/sys/dev_event.h>
@@ -869,6 +870,83 @@ UCS_TEST_P(test_ucp_multirail_failover, config_table_full_fails_endpoint)
     EXPECT_TRUE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
     EXPECT_FALSE(ucp_failover_lane_is_failed(sender().ep(), lane));
 }
+
+/*
+ * The failover attribute of a packed interface carries the wire version: the
+ * peer's address, packed and unpacked, says this library's version; an
+ * address that says another one negotiates nothing (the endpoint behaves as
+ * with a stock peer), so that a later change of the wire falls back instead
+ * of being misread. Both address formats.
+ */
+class test_ucp_multirail_version : public test_ucp_multirail_failover {
+protected:
+    void check_version()
+    {
+        skip_unless_two_lanes();
+        ucp_ep_h ep = sender().ep();
+        ucp_unpacked_address_t unpacked;
+        ucp_address_t *addr;
+        size_t addr_len;
+
+        ASSERT_UCS_OK(ucp_worker_get_address(receiver().worker(), &addr,
+                                             &addr_len));
+        ASSERT_UCS_OK(ucp_address_unpack(sender().worker(), addr,
+                                         ucp_worker_default_address_pack_flags(
+                                                 sender().worker()),
+                                         &unpacked));
+        ucp_worker_release_address(receiver().worker(), addr);
+        ASSERT_GT(unpacked.address_count, 0u);
+
+        std::vector<unsigned> indices(UCP_MAX_LANES, 0);
+        ucp_ep_config_key_t key = ucp_ep_config(ep)->key;
+        for (unsigned i = 0; i < unpacked.address_count; ++i) {
+            uint64_t flags = unpacked.address_list[i].iface_attr.flags;
+            ASSERT_TRUE(flags & UCP_ADDR_IFACE_FLAG_FAILOVER);
+            EXPECT_EQ(UCP_FAILOVER_WIRE_VERSION,
+                      ((flags >> UCP_ADDR_IFACE_FAILOVER_VER_SHIFT) &
+                       UCP_ADDR_IFACE_FAILOVER_VER_MASK) + 1);
+        }
+
+        /* as packed: negotiated */
+        ucp_failover_ep_negotiate(ep, &key, &unpacked, indices.data());
+        EXPECT_TRUE(ucp_ep_ext_control(ep)->failover.flags &
+                    UCP_FAILOVER_EP_FLAG_NEGOTIATED);
+
+        /* another version: not negotiated */
+        for (unsigned i = 0; i < unpacked.address_count; ++i) {
+            unpacked.address_list[i].iface_attr.flags ^=
+                    UCS_BIT(UCP_ADDR_IFACE_FAILOVER_VER_SHIFT);
+        }
+        key = ucp_ep_config(ep)->key;
+        ucp_failover_ep_negotiate(ep, &key, &unpacked, indices.data());
+        EXPECT_FALSE(ucp_ep_ext_control(ep)->failover.flags &
+                     UCP_FAILOVER_EP_FLAG_NEGOTIATED);
+
+        /* back to ours (the endpoint is used by the test's teardown) */
+        for (unsigned i = 0; i < unpacked.address_count; ++i) {
+            unpacked.address_list[i].iface_attr.flags ^=
+                    UCS_BIT(UCP_ADDR_IFACE_FAILOVER_VER_SHIFT);
+        }
+        key = ucp_ep_config(ep)->key;
+        ucp_failover_ep_negotiate(ep, &key, &unpacked, indices.data());
+        EXPECT_TRUE(ucp_ep_ext_control(ep)->failover.flags &
+                    UCP_FAILOVER_EP_FLAG_NEGOTIATED);
+        ucs_free(unpacked.address_list);
+    }
+};
+
+UCS_TEST_P(test_ucp_multirail_version, mismatch_is_stock_v1)
+{
+    check_version();
+}
+
+UCS_TEST_P(test_ucp_multirail_version, mismatch_is_stock_v2,
+           "ADDRESS_VERSION=v2")
+{
+    check_version();
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_version, tcp, "tcp")
 
 /* active messages of an id UCP does not use: dropped */
 static ucs_status_t drop_am(void *arg, void *data, size_t length,
