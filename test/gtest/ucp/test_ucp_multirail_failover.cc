@@ -880,6 +880,22 @@ UCS_TEST_P(test_ucp_multirail_failover, config_table_full_fails_endpoint)
  */
 class test_ucp_multirail_version : public test_ucp_multirail_failover {
 protected:
+    /* negotiate @a ep again with @a unpacked, its version bit flipped first
+     * if @a flip; whether it negotiated failover */
+    static bool negotiate(ucp_ep_h ep, ucp_unpacked_address_t *unpacked,
+                          const unsigned *indices, bool flip)
+    {
+        ucp_ep_config_key_t key = ucp_ep_config(ep)->key;
+
+        for (unsigned i = 0; flip && (i < unpacked->address_count); ++i) {
+            unpacked->address_list[i].iface_attr.flags ^=
+                    UCS_BIT(UCP_ADDR_IFACE_FAILOVER_VER_SHIFT);
+        }
+        ucp_failover_ep_negotiate(ep, &key, unpacked, indices);
+        return ucp_ep_ext_control(ep)->failover.flags &
+               UCP_FAILOVER_EP_FLAG_NEGOTIATED;
+    }
+
     void check_version()
     {
         skip_unless_two_lanes();
@@ -898,7 +914,6 @@ protected:
         ASSERT_GT(unpacked.address_count, 0u);
 
         std::vector<unsigned> indices(UCP_MAX_LANES, 0);
-        ucp_ep_config_key_t key = ucp_ep_config(ep)->key;
         for (unsigned i = 0; i < unpacked.address_count; ++i) {
             uint64_t flags = unpacked.address_list[i].iface_attr.flags;
             ASSERT_TRUE(flags & UCP_ADDR_IFACE_FLAG_FAILOVER);
@@ -907,30 +922,11 @@ protected:
                        UCP_ADDR_IFACE_FAILOVER_VER_MASK) + 1);
         }
 
-        /* as packed: negotiated */
-        ucp_failover_ep_negotiate(ep, &key, &unpacked, indices.data());
-        EXPECT_TRUE(ucp_ep_ext_control(ep)->failover.flags &
-                    UCP_FAILOVER_EP_FLAG_NEGOTIATED);
-
-        /* another version: not negotiated */
-        for (unsigned i = 0; i < unpacked.address_count; ++i) {
-            unpacked.address_list[i].iface_attr.flags ^=
-                    UCS_BIT(UCP_ADDR_IFACE_FAILOVER_VER_SHIFT);
-        }
-        key = ucp_ep_config(ep)->key;
-        ucp_failover_ep_negotiate(ep, &key, &unpacked, indices.data());
-        EXPECT_FALSE(ucp_ep_ext_control(ep)->failover.flags &
-                     UCP_FAILOVER_EP_FLAG_NEGOTIATED);
-
-        /* back to ours (the endpoint is used by the test's teardown) */
-        for (unsigned i = 0; i < unpacked.address_count; ++i) {
-            unpacked.address_list[i].iface_attr.flags ^=
-                    UCS_BIT(UCP_ADDR_IFACE_FAILOVER_VER_SHIFT);
-        }
-        key = ucp_ep_config(ep)->key;
-        ucp_failover_ep_negotiate(ep, &key, &unpacked, indices.data());
-        EXPECT_TRUE(ucp_ep_ext_control(ep)->failover.flags &
-                    UCP_FAILOVER_EP_FLAG_NEGOTIATED);
+        /* as packed: negotiated; another version: not negotiated; back to
+         * ours (the endpoint is used by the test's teardown) */
+        EXPECT_TRUE(negotiate(ep, &unpacked, indices.data(), false));
+        EXPECT_FALSE(negotiate(ep, &unpacked, indices.data(), true));
+        EXPECT_TRUE(negotiate(ep, &unpacked, indices.data(), true));
         ucs_free(unpacked.address_list);
     }
 };
