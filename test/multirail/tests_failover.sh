@@ -19,6 +19,16 @@ mr_pair_start() {
         --hang-timeout 20 "$@"
 }
 
+# mr_pair_fault_run RAILS DURATION SERVER_ENV CLIENT_ENV KIND RAIL SIDE: the
+# pair streams, KIND hits RAIL on SIDE 2.5 s in, and both are waited for;
+# 1 if the server did not start
+mr_pair_fault_run() {
+    mr_pair_start "$1" "$2" "$3" "$4" || return 1
+    sleep 2.5
+    "$MR_BED" fault "$5" "$6" "$7"
+    mr_pair_wait "$MR_DIR"
+}
+
 # Wall time of the first "lane[...] tcp/rI failed" info line in FILE
 mr_failover_wall() {
     grep -m1 "tcp/$2 failed (" "$1" | sed -n 's/^\[\([0-9.]*\)\].*/\1/p'
@@ -204,11 +214,8 @@ t_failover_dead_at_start() {
 t_failover_stock_peer() {
     local role
     "$MR_BED" up --rails 2 --rate 500mbit
-    mr_pair_start 2 30 "UCX_MULTIRAIL_FAILOVER=n UCX_LOG_LEVEL=info" \
-        "$MR_FO_ENV" || return 0
-    sleep 2.5
-    "$MR_BED" fault rst 1 a
-    mr_pair_wait "$MR_DIR"
+    mr_pair_fault_run 2 30 "UCX_MULTIRAIL_FAILOVER=n UCX_LOG_LEVEL=info" \
+        "$MR_FO_ENV" rst 1 a || return 0
     for role in client server; do
         mr_expect_eq "$role err_cb" 1 "$(mr_result "$MR_DIR/$role.out" err_cb)"
         if grep -q "endpoint continues" "$MR_DIR/$role.out"; then
@@ -228,10 +235,7 @@ t_cm_rst() {
     local fo=$1 env role
     env="UCX_MULTIRAIL_FAILOVER=$fo UCX_LOG_LEVEL=info"
     "$MR_BED" up --rails 2 --rate 500mbit
-    mr_pair_start 2 8 "$env" "$env" || return 0
-    sleep 2.5
-    "$MR_BED" fault rst m a
-    mr_pair_wait "$MR_DIR"
+    mr_pair_fault_run 2 8 "$env" "$env" rst m a || return 0
     if [ "$fo" = y ]; then
         mr_expect_clean "$MR_DIR"
         for role in client server; do

@@ -66,11 +66,8 @@ t_ucx_conf() {
     grep -x "UCX_MULTIRAIL_FAILOVER=n" <<<"$out" >/dev/null ||
         mr_fail "the environment did not override the file"
     "$MR_BED" up --rails 2 --rate 500mbit
-    mr_pair_start 2 6 "UCX_CONFIG_DIR=$dir UCX_LOG_LEVEL=info" \
-        "UCX_CONFIG_DIR=$dir UCX_LOG_LEVEL=info" || return 0
-    sleep 2.5
-    "$MR_BED" fault rst 1 a
-    mr_pair_wait "$MR_DIR"
+    mr_pair_fault_run 2 6 "UCX_CONFIG_DIR=$dir UCX_LOG_LEVEL=info" \
+        "UCX_CONFIG_DIR=$dir UCX_LOG_LEVEL=info" rst 1 a || return 0
     mr_expect_clean "$MR_DIR"
     grep -q "tcp/r1 failed (" "$MR_DIR/client.out" ||
         grep -q "tcp/r1 failed (" "$MR_DIR/server.out" ||

@@ -38,7 +38,9 @@ int ucp_failover_lane_can_fail(ucp_ep_h ep, ucp_lane_index_t lane);
 /**
  * Fail over @a lane: mark it FAILED, switch the endpoint to a configuration
  * without it, discard its UCT endpoint and replay its pending requests;
- * optionally tell the peer.
+ * optionally tell the peer. If the worker has no configuration left for the
+ * endpoint without the lane, the endpoint's failure is scheduled (as without
+ * failover; @a status, or UCS_ERR_ENDPOINT_TIMEOUT) and the error returned.
  */
 ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
                                     const char *reason, ucs_status_t status,

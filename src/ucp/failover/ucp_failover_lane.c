@@ -543,11 +543,16 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
                                   &moved);
     cfg_status = ucp_worker_get_ep_config(worker, &key, 0, &cfg_index);
     if (cfg_status != UCS_OK) {
-        /* the caller fails the endpoint, as without failover */
+        /* the endpoint fails as it would without failover, rather than go
+         * on using a dead lane; from progress, for every caller (some walk
+         * the worker's endpoints) */
         ucs_error("ep %p: cannot fail over %s (%s), no endpoint configuration "
                   "without it: %s; the endpoint fails", ep,
                   ucs_string_buffer_cstr(&desc), reason,
                   ucs_status_string(cfg_status));
+        ucp_ep_set_failed_schedule(ep, lane,
+                                   (status != UCS_OK) ? status :
+                                                        UCS_ERR_ENDPOINT_TIMEOUT);
         return cfg_status;
     }
 
@@ -631,14 +636,14 @@ ucs_status_t ucp_failover_lane_error(ucp_ep_h ep, ucp_lane_index_t lane,
         return UCS_OK;
     }
 
-    if (ucp_failover_lane_can_fail(ep, lane) &&
-        (ucp_failover_lane_down(ep, lane, "transport error", status, 1) ==
-         UCS_OK)) {
+    if (ucp_failover_lane_can_fail(ep, lane)) {
+        /* (with no configuration left, the endpoint's failure is scheduled) */
+        ucp_failover_lane_down(ep, lane, "transport error", status, 1);
         return UCS_OK;
     }
 
-    /* the endpoint cannot live without the lane, or has no configuration
-     * without it: it fails as without failover */
+    /* the endpoint cannot live without the lane: it fails as without
+     * failover */
     if ((fw != NULL) && fw->walking) {
         /* the error came from a probe inside the rail monitor's walk of
          * the endpoints: failing the endpoint there could destroy

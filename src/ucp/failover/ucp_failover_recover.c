@@ -681,11 +681,7 @@ static void ucp_failover_recover_connect(ucp_ep_h ep, ucp_lane_index_t lane,
 
         if (ucp_failover_lane_down(ep, rl->lane, "peer reconnects it",
                                    UCS_OK, 0) != UCS_OK) {
-            /* this side cannot leave the lane (no configuration without
-             * it) while the peer has: fail as without failover */
-            ucp_ep_set_failed_schedule(ep, rl->lane,
-                                       UCS_ERR_CONNECTION_RESET);
-            goto refuse;
+            goto refuse; /* the endpoint fails (no configuration left) */
         }
     }
 

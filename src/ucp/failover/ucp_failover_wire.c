@@ -350,12 +350,7 @@ static unsigned ucp_failover_msg_handle(void *arg)
         ucs_debug("ep %p: LANE_DOWN for lane[%d], which already failed", ep,
                   lane);
     } else if (ucp_failover_lane_can_fail(ep, lane)) {
-        if (ucp_failover_lane_down(ep, lane, "peer reported", UCS_OK, 0) !=
-            UCS_OK) {
-            /* the peer no longer uses the lane and this side cannot stop
-             * (no configuration without it): fail as without failover */
-            ucp_ep_set_failed_schedule(ep, lane, UCS_ERR_CONNECTION_RESET);
-        }
+        ucp_failover_lane_down(ep, lane, "peer reported", UCS_OK, 0);
     } else {
         ucs_diag("ep %p: LANE_DOWN for lane[%d], which cannot fail over",
                  ep, lane);

@@ -217,12 +217,7 @@ void ucp_failover_ep_lane_fault(ucp_ep_h ep, ucp_lane_index_t lane,
     }
 
     if (ucp_failover_lane_can_fail(ep, lane)) {
-        if (ucp_failover_lane_down(ep, lane, reason, UCS_OK, 1) != UCS_OK) {
-            /* no endpoint configuration without the lane (the worker's
-             * table is full): the endpoint fails as it would without
-             * failover, rather than keep sending on a dead lane */
-            ucp_ep_set_failed_schedule(ep, lane, status);
-        }
+        ucp_failover_lane_down(ep, lane, reason, UCS_OK, 1);
         return;
     }
 
