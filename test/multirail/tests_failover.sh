@@ -385,7 +385,37 @@ t_mpi_rail_cut() {
     return 0
 }
 
+# t_am_order_nostripe: AM completion order. UCP calls an AM handler when a
+# message's last fragment has landed; with fragments striped over lanes
+# (UCX_MAX_EAGER_RAILS > 1) a message whose fragment a lane delays (a TCP
+# retransmission in stock UCX, a data stream sent again with failover)
+# completes after later ones, which the checker counts as am_late, not as a
+# violation. With UCX_MULTIRAIL_STRIPE_AM=n every fragment takes the ordered
+# am lane: then the order must hold exactly (the checker is strict) through
+# repeated silent faults of a data rail that fail it over.
+t_am_order_nostripe() {
+    local env="$MR_FO_ENV UCX_MULTIRAIL_STRIPE_AM=n UCX_MULTIRAIL_REPROBE_MAX_INTERVAL=1s"
+    local i n
+    "$MR_BED" up --rails 3 --rate 500mbit
+    mr_pair_start 3 30 "$env" "$env" || return 0
+    for ((i = 0; i < 4; i++)); do
+        sleep 3
+        "$MR_BED" fault blackhole 1 both
+        sleep 3
+        "$MR_BED" restore blackhole 1 both
+    done
+    mr_pair_wait "$MR_DIR"
+    mr_expect_clean "$MR_DIR"
+    grep -q "^START .* am_order=strict" "$MR_DIR/server.out" ||
+        mr_fail "the server did not check AM order strictly"
+    mr_expect_eq "server am_late" 0 "$(mr_result "$MR_DIR/server.out" am_late)"
+    n=$(mr_count_running "$MR_DIR/server.out" "tcp/r1 failed \\(")
+    [ "$n" -ge 1 ] || mr_fail "r1 never failed over on the server"
+    mr_note="server_r1_failovers=$n am_recv=$(mr_result "$MR_DIR/server.out" am_recv)"
+}
+
 mr_failover_all() {
+    mr_run_test failover_am_order_nostripe_blackhole_r1 t_am_order_nostripe
     mr_run_test failover_rst_r1_sockaddr_peer t_failover_fault 2 rst 1 a \
         sockaddr peer
     mr_run_test failover_rst_r1_target_address_none t_failover_fault 2 rst 1 b \

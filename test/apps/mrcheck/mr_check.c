@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -103,6 +104,9 @@ typedef struct {
     uint64_t bytes;
     uint64_t dup;
     uint64_t reorder;
+    uint64_t late;       /* AM: a multi-fragment message that completed
+                            after later ones (not a violation, see
+                            --am-order) */
     uint64_t corrupt;
     uint64_t lost;
     uint64_t next;       /* next seq expected in order */
@@ -160,6 +164,9 @@ static struct {
     double       stall;       /* server: no call into UCP for that long ... */
     double       stall_at;    /* ... that long into the traffic */
     double       slow_log;    /* client: log ops slower than this (sec) */
+    int          am_striped;  /* AM fragments stripe over lanes: a
+                                 multi-fragment message may complete late */
+    size_t       am_single_max; /* longest AM payload sent in one fragment */
     uint64_t     inject_seq;
 
     /* state */
@@ -203,6 +210,8 @@ static struct {
     .window          = 8,
     .interval        = 0.5,
     .hang_timeout    = 20,
+    .am_striped      = -1,
+    .am_single_max   = 4096,
     .connect_timeout = 20,
     .settle          = 3,
     .tag_recvs       = 16,
@@ -399,7 +408,8 @@ static size_t size_of(int api, uint64_t seq)
  * Order and exactly-once accounting
  * ------------------------------------------------------------------------ */
 
-static void stats_deliver(int api, uint64_t seq, size_t len, int intact)
+static void stats_deliver(int api, uint64_t seq, size_t len, int intact,
+                          int may_be_late)
 {
     api_stats_t *st = &g.stats[api];
     uint64_t cap;
@@ -432,6 +442,10 @@ static void stats_deliver(int api, uint64_t seq, size_t len, int intact)
     if (st->seen[seq]) {
         ++st->dup;
         event("duplicate", "api=%s seq=%" PRIu64, api_names[api], seq);
+    } else if ((seq < st->next) && may_be_late) {
+        ++st->late;
+        event("late", "api=%s seq=%" PRIu64 " expected=%" PRIu64 " len=%zu",
+              api_names[api], seq, st->next, len);
     } else if (seq < st->next) {
         ++st->reorder;
         event("reorder", "api=%s seq=%" PRIu64 " expected=%" PRIu64,
@@ -1120,12 +1134,17 @@ static ucs_status_t am_cb(void *arg, const void *header, size_t header_length,
     if (!(param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
         intact = !check_payload(data, length, API_AM, hdr.seq, g_scratch) &&
                  (length == hdr.size);
-        stats_deliver(API_AM, hdr.seq, length, intact);
+        /* UCP calls this when the last fragment has landed: with fragments
+         * striped over lanes (UCX_MAX_EAGER_RAILS > 1), a multi-fragment
+         * message can complete after later ones, in stock UCX too (one
+         * lane's TCP retransmission is enough) */
+        stats_deliver(API_AM, hdr.seq, length, intact,
+                      g.am_striped && (length > g.am_single_max));
         return UCS_OK;
     }
 
     /* order is decided by the arrival of the header; data is checked later */
-    stats_deliver(API_AM, hdr.seq, 0, 1);
+    stats_deliver(API_AM, hdr.seq, 0, 1, 0);
     r          = xmalloc(sizeof(*r));
     r->hdr     = hdr;
     r->op.buf  = xmalloc(length ? length : 1);
@@ -1191,7 +1210,7 @@ static void tag_recv_progress(void)
             intact = !check_payload(op->buf, op->length, API_TAG, seq,
                                     g_scratch) &&
                      (op->length == size_of(API_TAG, seq));
-            stats_deliver(API_TAG, seq, op->length, intact);
+            stats_deliver(API_TAG, seq, op->length, intact, 0);
             if (!intact) {
                 report_damage(API_TAG, seq, op->buf, op->length, g_scratch);
             }
@@ -1265,7 +1284,7 @@ static void stream_recv_progress(void)
             intact = !check_payload(op->buf, op->length, API_STREAM,
                                     g_stream_hdr[0], g_scratch) &&
                      (op->length == size_of(API_STREAM, g_stream_hdr[0]));
-            stats_deliver(API_STREAM, g_stream_hdr[0], op->length, intact);
+            stats_deliver(API_STREAM, g_stream_hdr[0], op->length, intact, 0);
             g_stream_phase = 0;
         }
         if (g.err_cb) {
@@ -1664,7 +1683,7 @@ static int client_complete(op_t *op)
         }
         intact = !check_payload(op->buf, op->size, API_RMA, op->seq,
                                 g_scratch);
-        stats_deliver(API_RMA, op->seq, op->size, intact);
+        stats_deliver(API_RMA, op->seq, op->size, intact, 0);
         break;
     case API_AMO:
         /* one atomic in flight: each must fetch the count of the previous */
@@ -1674,7 +1693,7 @@ static int client_complete(op_t *op)
             event("amo_mismatch", "seq=%" PRIu64 " fetched=%" PRIu64, op->seq,
                   op->result);
         }
-        stats_deliver(API_AMO, op->seq, sizeof(uint64_t), intact);
+        stats_deliver(API_AMO, op->seq, sizeof(uint64_t), intact, 0);
         break;
     default:
         g.last_progress = now();
@@ -2005,6 +2024,9 @@ static int print_result(void)
         }
         printf(" lost=%" PRIu64 " dup=%" PRIu64 " reorder=%" PRIu64
                " corrupt=%" PRIu64, lost, dup, reorder, corrupt);
+        if (g.server) {
+            printf(" am_late=%" PRIu64, g.stats[API_AM].late);
+        }
     }
     if (!g.server) {
         printf(" peer_violations=%" PRIu64 " report=%d", g.peer_violations,
@@ -2054,9 +2076,42 @@ static void usage(void)
 "  --slow-log MS            client: a SLOW record (post and completion wall\n"
 "                           times) per operation that took >= MS\n"
 "  SIGUSR1 ends the client's traffic as if --duration had passed\n"
+"  --am-order strict|striped  AM messages must complete in order; or, as\n"
+"                           UCP does with fragments striped over lanes, a\n"
+"                           multi-fragment one may complete late (counted as\n"
+"                           am_late, not a violation). Default: striped if\n"
+"                           UCX_MAX_EAGER_RAILS > 1 (and not failover with\n"
+"                           UCX_MULTIRAIL_STRIPE_AM=n), else strict\n"
+"  --am-single-max SIZE     longest AM payload that is one fragment (4k)\n"
 "  --inject KIND@N          client self-test: skip|dup|swap|corrupt the tag\n"
 "                           message with sequence number N\n");
     exit(4);
+}
+
+static int env_is_yes(const char *name, int dflt)
+{
+    const char *v = getenv(name);
+
+    if (v == NULL) {
+        return dflt;
+    }
+    return !strcasecmp(v, "y") || !strcasecmp(v, "yes") ||
+           !strcasecmp(v, "on") || !strcmp(v, "1");
+}
+
+/* Whether UCP stripes AM fragments over lanes, from the environment the
+ * tests set (a value from ucx.conf is not seen: pass --am-order then) */
+static int default_am_striped(void)
+{
+    const char *eager = getenv("UCX_MAX_EAGER_RAILS");
+
+    if ((eager == NULL) || (atoi(eager) <= 1)) {
+        return 0;
+    }
+    /* with failover and UCX_MULTIRAIL_STRIPE_AM=n, every fragment takes the
+     * am lane */
+    return !env_is_yes("UCX_MULTIRAIL_FAILOVER", 0) ||
+           env_is_yes("UCX_MULTIRAIL_STRIPE_AM", 1);
 }
 
 static size_t parse_size(const char *s)
@@ -2140,6 +2195,8 @@ int main(int argc, char **argv)
         {"stall", required_argument, 0, 'Y'},
         {"slow-log", required_argument, 0, 'L'},
         {"linger", required_argument, 0, 'G'},
+        {"am-order", required_argument, 0, 'O'},
+        {"am-single-max", required_argument, 0, 'M'},
         {0, 0, 0, 0}
     };
     int c, api, any_api = 0, rc;
@@ -2194,6 +2251,16 @@ int main(int argc, char **argv)
             break;
         }
         case 'L': g.slow_log = atof(optarg) / 1000.0; break;
+        case 'O':
+            if (!strcmp(optarg, "strict")) {
+                g.am_striped = 0;
+            } else if (!strcmp(optarg, "striped")) {
+                g.am_striped = 1;
+            } else {
+                usage();
+            }
+            break;
+        case 'M': g.am_single_max = parse_size(optarg); break;
         case 'I': {
             char *at = strchr(optarg, '@');
             if (at == NULL) {
@@ -2224,6 +2291,9 @@ int main(int argc, char **argv)
             g.api_enabled[api] = 1;
         }
     }
+    if (g.am_striped < 0) {
+        g.am_striped = default_am_striped();
+    }
     if (g.num_sizes == 0) {
         char def[] = "8,1k,8k,64k,1m,4m";
         parse_list(def, add_size);
@@ -2250,10 +2320,11 @@ int main(int argc, char **argv)
     g.t0 = now();
     g.tl_next = g.t0 + g.interval;
     printf("START role=%s conn=%s err_mode=%s apis=%s sizes=%s inject=%s "
-           "pid=%d\n", g.server ? "server" : "client",
+           "am_order=%s pid=%d\n", g.server ? "server" : "client",
            g.conn_sockaddr ? "sockaddr" : "address",
            g.err_mode_peer ? "peer" : "none", apis_str, sizes_str,
-           inject_names[g.inject], getpid());
+           inject_names[g.inject], g.am_striped ? "striped" : "strict",
+           getpid());
     init_ucp();
     timeline(1);
     if (g.server) {
