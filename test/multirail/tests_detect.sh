@@ -97,13 +97,49 @@ t_detect_all_dead() {
     MR_STOCK_ENV=$MR_FO_ENV MR_FAULT_RAILS="0 1" t_stock_fault "$1" 0 "$2"
 }
 
+# Wait (at most SEC seconds) until FILE has a line matching the extended
+# regex RE
+mr_wait_line() {
+    local file=$1 re=$2 sec=$3 i
+    for ((i = 0; i < sec * 10; i++)); do
+        grep -qE "$re" "$file" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    return 1
+}
+
+# Lines of FILE logged before wall time T that match the extended regex RE
+mr_lines_before() {
+    MR_RE=$3 awk -v t="$2" '
+        match($0, /^\[[0-9.]+\]/) && substr($0, 2, RLENGTH - 2) + 0 < t + 0 &&
+            $0 ~ ENVIRON["MR_RE"] { n++ }
+        END { print n + 0 }' "$1"
+}
+
+# Endpoints a rail event of FILE concerned, from the info lines: the first
+# endpoint's line, then a summary "... failed on N lane(s)" (or "is back
+# on N") when there were more. WHAT is "failed" or "is back"
+mr_event_eps() {
+    local file=$1 rail=$2 what=$3 n
+    n=$(sed -n "s/.*tcp\/$rail $what on \([0-9]*\) lane(s).*/\1/p" \
+        "$file" | head -1)
+    if [ -z "$n" ]; then
+        n=$(grep -c "tcp/$rail $what \(after\|(\)" "$file" || true)
+    fi
+    echo "$n"
+}
+
 # t_detect_many_eps N KIND SIDE: N more idle endpoints between the pair
 # (worker-address); a fault on r1 must fail r1 over on every endpoint of
-# both sides, cleanly. Notes the first and last failover and r1's idle
-# traffic before the fault (probes are per rail and peer: it must not grow
-# with N).
+# both sides, cleanly, and r1 must come back on every one when it heals.
+# The log scales: per side, one rail event is the first endpoint's info line
+# and one summary with the count (the others at debug level), for the
+# failure and for the return, and the worker's summary at close counts
+# every lane failure and return. Notes the first failover, how long the
+# event took, and r1's idle traffic before the fault (probes are per rail
+# and peer: it must not grow with N).
 t_detect_many_eps() {
-    local n=$1 kind=$2 side=$3 MR_NET_MGMT=0 t role f cnt first last i
+    local n=$1 kind=$2 side=$3 MR_NET_MGMT=0 t t_stop role f cnt first within i
     local args=(--conn address --extra-eps "$n" --sizes 8,64,512
                 --hang-timeout 30 --connect-timeout 60)
     ulimit -n 20000 2>/dev/null || true
@@ -112,25 +148,47 @@ t_detect_many_eps() {
     mr_server_start "$MR_DIR" 2 $MR_FO_ENV -- "${args[@]}" ||
         { mr_fail "server did not start"; return 0; }
     # shellcheck disable=SC2086
-    mr_client_start "$MR_DIR" 2 $MR_FO_ENV -- "${args[@]}" --duration 10
-    for ((i = 0; i < 600; i++)); do
-        grep -q "^EXTRA_EPS" "$MR_DIR/client.out" 2>/dev/null && break
-        sleep 0.1
-    done
+    mr_client_start "$MR_DIR" 2 $MR_FO_ENV -- "${args[@]}" --duration 120
+    mr_wait_line "$MR_DIR/client.out" "^EXTRA_EPS" 60 ||
+        mr_fail "the client's extra endpoints were not connected within 60 s"
     sleep 4
     t=$(mr_now)
     "$MR_BED" fault "$kind" 1 "$side"
+    for role in client server; do
+        mr_wait_line "$MR_DIR/$role.out" "tcp/r1 failed on [0-9]* lane" 30 ||
+            mr_fail "$role: no summary of the r1 failure within 30 s"
+    done
+    "$MR_BED" restore "$kind" 1 "$side"
+    for role in client server; do
+        mr_wait_line "$MR_DIR/$role.out" "tcp/r1 is back on [0-9]* lane" 30 ||
+            mr_fail "$role: no summary of r1's return within 30 s"
+    done
+    # at the close, the peer closing its endpoints first fails lanes over
+    # (and is reported as an error of the idle ones): not counted below
+    t_stop=$(mr_now)
+    kill -USR1 "$(pgrep -f "^$MR_CHECK --client .*--port $MR_PORT( |\$)" |
+        head -1)" 2>/dev/null || mr_fail "no client to stop"
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
     for role in client server; do
         f=$MR_DIR/$role.out
-        cnt=$(mr_count_running "$f" "tcp/r1 failed \\(")
-        mr_expect_eq "$role endpoints that failed r1 over" $((n + 1)) "$cnt"
+        mr_expect_eq "$role endpoints that failed r1 over" $((n + 1)) \
+            "$(mr_event_eps "$f" r1 failed)"
+        mr_expect_eq "$role endpoints r1 came back on" $((n + 1)) \
+            "$(mr_event_eps "$f" r1 "is back")"
+        # info lines of the two events: the first endpoint's and a count
+        cnt=$(mr_lines_before "$f" "$t_stop" "tcp/r1 (failed|is back)")
+        mr_expect_eq "$role info lines about r1" 4 "$cnt"
+        cnt=$(mr_lines_before "$f" "$t_stop" "INFO  .*(am lane moved|data stream)")
+        [ "$cnt" -le 2 ] || mr_fail "$role: $cnt info lines about streams"
+        cnt=$(sed -n "s/.*failover summary: \([0-9]*\) lane failure(s), $((n + 1)) lane(s) back.*/\1/p" "$f")
+        [ "${cnt:-0}" -ge $((n + 1)) ] ||
+            mr_fail "$role: no worker summary with >= $((n + 1)) failures and $((n + 1)) returns"
         first=$(grep -m1 "tcp/r1 failed (" "$f" | sed -n 's/^\[\([0-9.]*\)\].*/\1/p')
-        last=$(grep "tcp/r1 failed (" "$f" | tail -1 | sed -n 's/^\[\([0-9.]*\)\].*/\1/p')
+        within=$(sed -n 's/.*tcp\/r1 failed on [0-9]* lane(s) within \([0-9.]*\) s.*/\1/p' "$f")
         [ -n "$first" ] || continue
-        mr_note+=" ${role}_first=$(mr_elapsed "$t" "$first")s"
-        mr_note+=" ${role}_last=$(mr_elapsed "$t" "$last")s"
+        mr_note+=" ${role}_first=$(mr_elapsed "$t" "$first")s ${role}_within=${within}s"
+        mr_note+=" ${role}_info_lines=$(grep -c "UCX  INFO" "$f" || true)"
         mr_note+=" ${role}_r1_idle_tx=$(grep '^TL' "$f" | awk -v t="$t" '
             { for (i = 2; i <= NF; i++) { split($i, kv, "=")
                   if (kv[1] == "wall") w = kv[2]; if (kv[1] == "r1_tx") v = kv[2] }
@@ -208,8 +266,8 @@ mr_detect_all() {
         sockaddr peer
     mr_run_test detect_asleep_linkdown_r1_address_none t_detect_asleep down b \
         address none
-    mr_run_test detect_64eps_blackhole_r1_idle t_detect_many_eps 64 blackhole \
-        both
+    mr_run_test detect_256eps_blackhole_r1_idle_logs t_detect_many_eps 255 \
+        blackhole both
     mr_run_test detect_all_rails_down_errcb t_detect_all_dead down 2
     mr_run_test detect_all_rails_blackhole_errcb t_detect_all_dead blackhole 2
     "$MR_BED" down

@@ -365,6 +365,32 @@ struct ucp_failover_rec_lane;
 KHASH_MAP_INIT_INT64(ucp_failover_attempt_map, struct ucp_failover_rec_lane*);
 
 
+/** One rail's (resource's) current event in the worker's log */
+typedef struct ucp_failover_log_event {
+    ucs_time_t first;     /* the first endpoint's time; 0: no event open */
+    ucs_time_t last;      /* the last endpoint's time */
+    unsigned   num_eps;   /* endpoints in the event */
+    uint8_t    up;        /* lanes coming back (1) or failing (0) */
+    size_t     num_moved; /* pending requests moved (failing) */
+} ucp_failover_log_event_t;
+
+
+/** The worker's log of rail events (ucp_failover_log.c) */
+typedef struct ucp_failover_log {
+    ucp_failover_log_event_t rsc[UCP_MAX_RESOURCES];
+    ucs_log_level_t          level;     /* of the current endpoint's lines */
+    uint64_t                 failures;  /* lane failures, total */
+    uint64_t                 recoveries;/* lanes back, total */
+    uint64_t                 moved;     /* pending requests moved, total */
+    uint64_t                 redriven;  /* requests re-driven, of endpoints
+                                           destroyed */
+    unsigned                 failed_now;/* failed lanes of live endpoints */
+    ucs_time_t               degraded_since;
+    ucs_time_t               degraded;  /* total time failed_now > 0 */
+    ucs_time_t               start;
+} ucp_failover_log_t;
+
+
 /** The worker's rail monitor */
 typedef struct ucp_failover_worker {
     ucp_worker_h              worker;
@@ -403,10 +429,48 @@ typedef struct ucp_failover_worker {
      * it as an error) */
     uint8_t                   link_down[UCP_MAX_RESOURCES];
     uint32_t                  token_seq;       /* last attempt token */
+    ucp_failover_log_t        log;             /* rail events, summary */
     ucs_time_t                log_window;      /* recovery log rate limit */
     unsigned                  log_count;
     unsigned                  log_suppressed;
 } ucp_failover_worker_t;
+
+
+/** Set up the worker's log of rail events */
+void ucp_failover_log_init(ucp_failover_log_t *log);
+
+
+/**
+ * A lane on @a rsc_index of an endpoint of @a worker failed (@a up = 0) or
+ * came back (1): the endpoint's lines about it are logged at
+ * ucp_failover_log_level() until ucp_failover_log_level_reset() (info for
+ * the first endpoint of a rail event, debug for the others).
+ */
+void ucp_failover_log_lane_event(ucp_worker_h worker,
+                                 ucp_rsc_index_t rsc_index, int up);
+
+
+/** @a count pending requests moved off a failed lane on @a rsc_index */
+void ucp_failover_log_moved(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
+                            size_t count);
+
+
+/** The level of the current endpoint's lines (see above) */
+ucs_log_level_t ucp_failover_log_level(ucp_worker_h worker);
+void ucp_failover_log_level_reset(ucp_worker_h worker);
+
+
+/** An endpoint with @a failed_lanes failed lanes is destroyed */
+void ucp_failover_log_ep_gone(ucp_worker_h worker, unsigned failed_lanes,
+                              uint64_t redriven);
+
+
+/** In each probe round: rail events no endpoint joined for a while end */
+void ucp_failover_log_round(ucp_worker_h worker);
+
+
+/** At the worker's cleanup: end every event, log the worker's summary */
+void ucp_failover_log_cleanup(ucp_worker_h worker);
 
 
 /** Start the worker's lane probes (an async timer) */

@@ -564,6 +564,9 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
     /* From now on nothing reaches the lane's transport endpoint */
     rsc_index     = ucp_ep_get_rsc_index(ep, lane);
     ep->cfg_index = cfg_index;
+    /* this endpoint's lines below: info if it is the first of the rail's
+     * event in the worker, else debug (ucp_failover_log.c) */
+    ucp_failover_log_lane_event(ep->worker, rsc_index, 0);
     ep->am_lane   = key.am_lane; /* cached by the endpoint */
     ucs_queue_head_init(&replay_q);
     if (lane == am_lane) {
@@ -582,18 +585,21 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
                               ucp_request_purge_enqueue_cb, &replay_q,
                               ucp_failover_discarded_cb, NULL);
     num_replayed = ucs_queue_length(&replay_q);
+    ucp_failover_log_moved(ep->worker, rsc_index, num_replayed);
 
     /* a lane that takes over an am_bw slot carries a data stream */
     ucp_failover_seq_ep_connected(ep);
     ucp_failover_seq_resend(ep);
     ucp_failover_replay(ep, &replay_q);
 
-    ucs_info("ep %p: %s failed (%s%s%s), endpoint continues on the other "
-             "lanes:%s; %zu pending request(s) moved", ep,
-             ucs_string_buffer_cstr(&desc), reason,
-             (status != UCS_OK) ? ": " : "",
-             (status != UCS_OK) ? ucs_status_string(status) : "",
-             ucs_string_buffer_cstr(&moved), num_replayed);
+    ucs_log(ucp_failover_log_level(ep->worker),
+            "ep %p: %s failed (%s%s%s), endpoint continues on the other "
+            "lanes:%s; %zu pending request(s) moved", ep,
+            ucs_string_buffer_cstr(&desc), reason,
+            (status != UCS_OK) ? ": " : "",
+            (status != UCS_OK) ? ucs_status_string(status) : "",
+            ucs_string_buffer_cstr(&moved), num_replayed);
+    ucp_failover_log_level_reset(ep->worker);
 
     if (notify_peer) {
         ucp_failover_wire_lane_down(ep, lane);

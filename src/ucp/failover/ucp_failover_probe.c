@@ -146,6 +146,7 @@ static unsigned ucp_failover_probe_progress(void *arg)
     }
     kh_clear(ucp_failover_rail_set, &fw->verify_rails);
     ucp_failover_recover_round_end(fw);
+    ucp_failover_log_round(worker);
     fw->walking = 0;
     UCS_ASYNC_UNBLOCK(&worker->async);
     return 0;

@@ -619,10 +619,12 @@ static void ucp_failover_lane_up(ucp_failover_rec_lane_t *rl)
     ucp_failover_seq_ep_connected(ep);
 
     ucp_failover_lane_desc(ep, rl->lane, &desc);
-    ucp_failover_recover_log(fw, "ep %p: %s is back after %u re-probe(s), "
-                             "%.3f s down; it carries its roles again", ep,
-                             ucs_string_buffer_cstr(&desc), rl->attempts,
-                             ucs_time_to_sec(rl->restored_at - rl->failed_at));
+    ucp_failover_log_lane_event(worker, ucp_ep_get_rsc_index(ep, rl->lane), 1);
+    ucs_log(ucp_failover_log_level(worker),
+            "ep %p: %s is back after %u re-probe(s), %.3f s down; it carries "
+            "its roles again", ep, ucs_string_buffer_cstr(&desc),
+            rl->attempts, ucs_time_to_sec(rl->restored_at - rl->failed_at));
+    ucp_failover_log_level_reset(worker);
 
     /* the rail works: its other failed lanes to the peer try at once */
     kh_put(ucp_failover_rail_set, &fw->healed_rails,
@@ -981,6 +983,8 @@ void ucp_failover_ep_destroy(ucp_ep_h ep)
     uct_ep_h uct_ep;
 
     ucp_failover_seq_cleanup(ep);
+    ucp_failover_log_ep_gone(ep->worker, ucs_popcount(fo->failed_lanes),
+                             fo->num_redriven);
     if (fo->rec == NULL) {
         return;
     }

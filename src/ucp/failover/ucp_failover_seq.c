@@ -1733,11 +1733,12 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
     ucp_ep_get_lane_info_str(ep, old_lane, &desc);
     ucs_string_buffer_appendf(&desc, " to lane[%d] ", new_lane);
     ucp_ep_get_lane_info_str(ep, new_lane, &desc);
-    ucs_info("ep %p: am lane moved from %s; %zu message(s) not acknowledged "
-             "are sent again (%u..%u), and %zu data fragment(s)", ep,
-             ucs_string_buffer_cstr(&desc), count,
-             (seq->main.unsent != NULL) ? seq->main.unsent->sn : 0,
-             seq->main.tx_next - 1, orphans);
+    ucs_log(ucp_failover_log_level(ep->worker),
+            "ep %p: am lane moved from %s; %zu message(s) not acknowledged "
+            "are sent again (%u..%u), and %zu data fragment(s)", ep,
+            ucs_string_buffer_cstr(&desc), count,
+            (seq->main.unsent != NULL) ? seq->main.unsent->sn : 0,
+            seq->main.tx_next - 1, orphans);
     return old_tl_ep;
 }
 
@@ -1754,11 +1755,12 @@ void ucp_failover_seq_resend(ucp_ep_h ep)
     for (id = 1; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
         st = seq->streams[id];
         if ((st != NULL) && (st->orphaned > 0)) {
-            ucs_info("ep %p: data stream %u lost its lane; %u fragment(s) "
-                     "not acknowledged are sent again on the am lane "
-                     "(%u..%u)", ep, id, st->orphaned,
-                     (st->unsent != NULL) ? st->unsent->sn : 0,
-                     st->tx_next - 1);
+            ucs_log(ucp_failover_log_level(ep->worker),
+                    "ep %p: data stream %u lost its lane; %u fragment(s) "
+                    "not acknowledged are sent again on the am lane "
+                    "(%u..%u)", ep, id, st->orphaned,
+                    (st->unsent != NULL) ? st->unsent->sn : 0,
+                    st->tx_next - 1);
             st->orphaned = 0;
         }
     }

@@ -355,6 +355,7 @@ void ucp_failover_worker_init(ucp_worker_h worker)
 
     fw->worker         = worker;
     fw->probe_timer_id = -1;
+    ucp_failover_log_init(&fw->log);
     ucp_failover_recover_init(fw);
     for (rsc_index = 0; rsc_index < context->num_tls; ++rsc_index) {
         ucp_failover_rsc_netdev(&context->tl_rscs[rsc_index].tl_rsc,
@@ -420,6 +421,7 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker)
                             ucp_failover_worker_cb_filter, fw);
     /* a transport error handler on the async thread must not find it */
     UCS_ASYNC_BLOCK(&worker->async);
+    ucp_failover_log_cleanup(worker);
     worker->failover = NULL;
     UCS_ASYNC_UNBLOCK(&worker->async);
     ucp_failover_recover_cleanup(fw);
