@@ -2367,6 +2367,97 @@ UCS_TEST_P(test_ucp_multirail_detect, config_table_full_on_link_event)
     EXPECT_GE(m_err_count, 2u);
 }
 
+/* Lines of the failover log seen by count_logger, by level */
+static std::vector<std::pair<ucs_log_level_t, std::string> > fo_log_lines;
+
+static ucs_log_func_rc_t
+count_logger(const char *file, unsigned line, const char *function,
+             ucs_log_level_t level, const ucs_log_component_config_t *comp_conf,
+             const char *message, va_list ap)
+{
+    char buf[512];
+
+    if ((level == UCS_LOG_LEVEL_INFO) || (level == UCS_LOG_LEVEL_DEBUG)) {
+        vsnprintf(buf, sizeof(buf), message, ap);
+        fo_log_lines.push_back(std::make_pair(level, std::string(buf)));
+    }
+    /* nothing else reaches the default handler: debug is noisy */
+    return (level <= UCS_LOG_LEVEL_WARN) ? UCS_LOG_FUNC_RC_CONTINUE :
+                                           UCS_LOG_FUNC_RC_STOP;
+}
+
+/* Lines at LEVEL that contain every one of the strings */
+static unsigned fo_log_count(ucs_log_level_t level, const std::string &a,
+                             const std::string &b = "")
+{
+    unsigned n = 0;
+
+    for (size_t i = 0; i < fo_log_lines.size(); ++i) {
+        if ((fo_log_lines[i].first == level) &&
+            (fo_log_lines[i].second.find(a) != std::string::npos) &&
+            (fo_log_lines[i].second.find(b) != std::string::npos)) {
+            ++n;
+        }
+    }
+    return n;
+}
+
+/* A rail event under several endpoints of a worker is logged once at info
+ * (the first endpoint's line), the others at debug, and one info line counts
+ * the lanes when the event is over; the worker's summary counts them too
+ * (ucp_failover_log.c) */
+UCS_TEST_P(test_ucp_multirail_detect, rail_event_logged_once)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    std::string dev       = lane_rsc(sender().ep(), lane).dev_name;
+    std::string rail      = std::string(lane_rsc(sender().ep(), lane).tl_name) +
+                            "/" + dev;
+    ucp_worker_h worker   = sender().worker();
+    ucs_log_level_t saved = ucs_global_opts.log_component.log_level;
+    unsigned lanes        = 0;
+    char worker_str[32];
+
+    for (int ep_index = 0; ep_index < 2; ++ep_index) {
+        lanes += ucs_popcount(lanes_on(sender().ep(0, ep_index), dev));
+    }
+    ASSERT_GE(lanes, 2u);
+    snprintf(worker_str, sizeof(worker_str), "worker %p:", worker);
+
+    fo_log_lines.clear();
+    ucs_global_opts.log_component.log_level = UCS_LOG_LEVEL_DEBUG;
+    {
+        scoped_log_handler counter(count_logger);
+        ucp_failover_worker_device_event(worker, dev.c_str(),
+                                         UCP_FAILOVER_LINK_NO_CARRIER);
+        for (int ep_index = 0; ep_index < 2; ++ep_index) {
+            ucp_ep_h ep = sender().ep(0, ep_index);
+            progress_until_failed(ep, lanes_on(ep, dev));
+        }
+        /* the event ends 1 s after its last lane, in a probe round */
+        progress_for(1.5);
+    }
+    ucs_global_opts.log_component.log_level = saved;
+
+    std::string failed = rail + " failed (";
+    std::string sum    = rail + " failed on " + ucs::to_string(lanes) +
+                         " lane(s)";
+    /* the sender's worker: its endpoints' lines name them */
+    unsigned info = 0, debug = 0;
+    for (int ep_index = 0; ep_index < 2; ++ep_index) {
+        char ep_str[32];
+        snprintf(ep_str, sizeof(ep_str), "ep %p:", sender().ep(0, ep_index));
+        info  += fo_log_count(UCS_LOG_LEVEL_INFO, ep_str, failed);
+        debug += fo_log_count(UCS_LOG_LEVEL_DEBUG, ep_str, failed);
+    }
+    EXPECT_EQ(1u, info);
+    EXPECT_EQ(lanes - 1, debug);
+    EXPECT_EQ(1u, fo_log_count(UCS_LOG_LEVEL_INFO, worker_str, sum));
+    EXPECT_EQ(lanes, worker->failover->log.failures);
+    EXPECT_EQ(lanes, worker->failover->log.failed_now);
+    EXPECT_EQ(0u, m_err_count);
+}
+
 /* An IB port error names the UCT device ("mlx5_0:1"), and comes from UCT
  * through the device event bus to the same entry point */
 UCS_TEST_P(test_ucp_multirail_detect, port_error_by_uct_device)
