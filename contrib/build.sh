@@ -9,6 +9,7 @@
 #   MRFO_NO_DEPS=1   skip the apt-get steps (packages already installed)
 #   MRFO_JOBS        make -j value (default: nproc)
 #   MRFO_GTEST=0     do not build the gtest binary
+#   MRFO_DEB=0       do not build the Debian packages (contrib/deb.sh)
 #
 set -eEu -o pipefail
 
@@ -19,7 +20,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 # test bed, the benchmark and the MPI tests.
 build_pkgs="build-essential dpkg-dev pkg-config autoconf automake libtool
             ccache rsync patch git libibverbs-dev librdmacm-dev libnuma-dev
-            libnl-3-dev libnl-route-3-dev"
+            libnl-3-dev libnl-route-3-dev debhelper libfuse3-dev"
 run_pkgs="iproute2 iputils-ping nftables procps psmisc libucx0 ucx-utils openmpi-bin
           libopenmpi-dev mpich libmpich-dev gnuplot-nox"
 # the soft-RoCE bed (test/roce/vm.sh): QEMU guests with Debian's kernel
@@ -59,26 +60,6 @@ SRC
     fi
 }
 
-fetch_source() {
-    if [ -f "$MRFO_BUILD_DIR/pristine/.mrfo-verified" ]; then
-        return 0
-    fi
-    log "fetching ucx=$UCX_DEB_VERSION with apt-get source"
-    rm -rf "$MRFO_BUILD_DIR/dl" "$MRFO_BUILD_DIR/pristine"
-    mkdir -p "$MRFO_BUILD_DIR/dl"
-    (cd "$MRFO_BUILD_DIR/dl" &&
-     apt-get source --download-only -qq "ucx=$UCX_DEB_VERSION")
-    verify_sha256 "$MRFO_BUILD_DIR/dl/$UCX_ORIG_TAR" "$UCX_ORIG_SHA256"
-    verify_sha256 "$MRFO_BUILD_DIR/dl/$UCX_DEBIAN_TAR" "$UCX_DEBIAN_SHA256"
-    # dpkg-source applies Debian's own patches, which autogen.sh needs
-    (cd "$MRFO_BUILD_DIR/dl" &&
-     dpkg-source --no-check -x "ucx_$UCX_DEB_VERSION.dsc" \
-         "$MRFO_BUILD_DIR/pristine" >/dev/null)
-    touch "$MRFO_BUILD_DIR/pristine/.mrfo-verified"
-}
-
-# Produce the patched tree in stage/, then sync it into the build tree
-# copying only files whose content differs, so make rebuilds only those.
 stage_source() {
     local stage="$MRFO_BUILD_DIR/stage"
     rm -rf "$stage"
@@ -170,4 +151,9 @@ build_tree
 log "preparing the soft-RoCE bed (build/roce)"
 ROCE_LOCK= "$top/test/roce/vm.sh" prepare >"$MRFO_BUILD_DIR/roce-prepare.log" 2>&1 ||
     { tail -20 "$MRFO_BUILD_DIR/roce-prepare.log" >&2; die "soft-RoCE bed preparation failed"; }
+# Debian packages of the same sources (build/deb; rebuilt only when their
+# inputs changed)
+if [ "${MRFO_DEB:-1}" = 1 ]; then
+    "$top/contrib/deb.sh"
+fi
 log "done: $MRFO_PREFIX"

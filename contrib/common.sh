@@ -23,6 +23,29 @@ mrfo_apt_stamp=/var/lib/apt/.mrfo-updated
 log() { echo "[$(date +%H:%M:%S)] $*" >&2; }
 die() { echo "error: $*" >&2; exit 1; }
 
+# Debian's ucx source package, verified, unpacked (with Debian's own
+# patches applied by dpkg-source) into build/pristine, once
+fetch_source() {
+    if [ -f "$MRFO_BUILD_DIR/pristine/.mrfo-verified" ]; then
+        return 0
+    fi
+    log "fetching ucx=$UCX_DEB_VERSION with apt-get source"
+    rm -rf "$MRFO_BUILD_DIR/dl" "$MRFO_BUILD_DIR/pristine"
+    mkdir -p "$MRFO_BUILD_DIR/dl"
+    (cd "$MRFO_BUILD_DIR/dl" &&
+     apt-get source --download-only -qq "ucx=$UCX_DEB_VERSION")
+    verify_sha256 "$MRFO_BUILD_DIR/dl/$UCX_ORIG_TAR" "$UCX_ORIG_SHA256"
+    verify_sha256 "$MRFO_BUILD_DIR/dl/$UCX_DEBIAN_TAR" "$UCX_DEBIAN_SHA256"
+    # dpkg-source applies Debian's own patches, which autogen.sh needs
+    (cd "$MRFO_BUILD_DIR/dl" &&
+     dpkg-source --no-check -x "ucx_$UCX_DEB_VERSION.dsc" \
+         "$MRFO_BUILD_DIR/pristine" >/dev/null)
+    touch "$MRFO_BUILD_DIR/pristine/.mrfo-verified"
+}
+
+# Produce the patched tree in stage/, then sync it into the build tree
+# copying only files whose content differs, so make rebuilds only those.
+
 verify_sha256() {
     local file=$1 want=$2 got
     got=$(sha256sum "$file" | cut -d' ' -f1)

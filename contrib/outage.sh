@@ -149,7 +149,8 @@ t_outage() {
     [ "${w:-0}" -gt 1000000 ] ||
         mr_fail "r$rail carried ${w:-0} bytes after the restore"
     for role in client server; do
-        mr_note+=" ${role}_reprobes=$(grep -c "re-probe" "$MR_DIR/$role.out" || true)"
+        mr_note+=" ${role}_reprobes=$(sed -n "s/.*tcp\/r$rail is back after \([0-9]*\) re-probe.*/\1/p" \
+            "$MR_DIR/$role.out" | head -1)"
     done
     w=0
     for kv in server:tag_recv server:am_recv server:stream_recv \

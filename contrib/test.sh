@@ -38,6 +38,7 @@ mkdir -p "$MRFO_RESULTS"
 . "$top/test/multirail/tests_recover.sh"
 . "$top/test/multirail/tests_soak.sh"
 . "$top/test/multirail/tests_roce.sh"
+. "$top/test/multirail/tests_deb.sh"
 
 mr_hogs=()
 cleanup() {
@@ -62,6 +63,7 @@ unset $(env | sed -n 's/^\(UCX_[A-Z0-9_]*\)=.*/\1/p') 2>/dev/null || true
 t0=$(date +%s)
 mr_gtest_all
 mr_stock_all
+mr_deb_all
 mr_failover_all
 mr_detect_all
 mr_recover_all
