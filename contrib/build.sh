@@ -22,7 +22,7 @@ build_pkgs="build-essential dpkg-dev pkg-config autoconf automake libtool
             ccache rsync patch git libibverbs-dev librdmacm-dev libnuma-dev
             libnl-3-dev libnl-route-3-dev debhelper libfuse3-dev"
 run_pkgs="iproute2 iputils-ping nftables procps psmisc libucx0 ucx-utils openmpi-bin
-          libopenmpi-dev mpich libmpich-dev gnuplot-nox"
+          libopenmpi-dev mpich libmpich-dev gnuplot-nox fuse3"
 # the soft-RoCE bed (test/roce/vm.sh): QEMU guests with Debian's kernel
 roce_pkgs="qemu-system-x86 busybox-static ibverbs-utils ibverbs-providers kmod
            cpio socat"

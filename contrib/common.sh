@@ -6,10 +6,12 @@ UCX_ORIG_SHA256=1a88e09ca1b406c046a469c2ae271d2c330050b5664c0bcd9890e26c6ef09f3c
 UCX_DEBIAN_TAR=ucx_1.13.1-1.debian.tar.xz
 UCX_DEBIAN_SHA256=e0a407539b44d3aa81e3f11fc43a3ad512550944a59227e2105317446fd2e0ff
 
-# Like Debian's rules, but logging kept and gtest on; java/go/cuda/rocm off.
+# Like Debian's rules, but logging kept and gtest on; java/go/cuda/rocm off;
+# FUSE 3 for UCX's VFS (ucx_vfs, the failover/ node of each endpoint).
 UCX_CONFIGURE_FLAGS="--enable-mt --with-verbs --with-rdmacm --enable-cma \
 --enable-devel-headers --enable-examples --enable-gtest --without-java \
---without-go --without-cuda --without-rocm --disable-doxygen-doc"
+--without-go --without-cuda --without-rocm --disable-doxygen-doc \
+--with-fuse3"
 
 : "${top:=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 MRFO_BUILD_DIR=${MRFO_BUILD_DIR:-$top/build}

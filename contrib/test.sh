@@ -39,6 +39,7 @@ mkdir -p "$MRFO_RESULTS"
 . "$top/test/multirail/tests_soak.sh"
 . "$top/test/multirail/tests_roce.sh"
 . "$top/test/multirail/tests_deb.sh"
+. "$top/test/multirail/tests_vfs.sh"
 
 mr_hogs=()
 cleanup() {
@@ -66,6 +67,7 @@ mr_stock_all
 mr_deb_all
 mr_failover_all
 mr_detect_all
+mr_vfs_all
 mr_recover_all
 mr_soak_all
 # the RoCE rails, in two QEMU guests (after the TCP bed: both take the CPUs)

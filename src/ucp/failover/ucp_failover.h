@@ -353,4 +353,12 @@ void ucp_failover_ep_lane_info_str(ucp_ep_h ep, ucp_lane_index_t lane,
                                    struct ucs_string_buffer *strb);
 void ucp_failover_ep_print(ucp_ep_h ep, FILE *stream);
 
+
+/**
+ * ucp_ep_vfs_init() hook: a "failover" directory in the endpoint's VFS node
+ * (lanes, am_lane, summary), read when an operator reads it; nothing with
+ * failover off.
+ */
+void ucp_failover_ep_vfs_init(ucp_ep_h ep);
+
 #endif

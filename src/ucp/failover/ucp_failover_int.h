@@ -254,6 +254,11 @@ typedef struct ucp_failover_rec_lane {
     uint32_t          total_attempts;
     uint32_t          recoveries;
     int               gave_up;
+    /* What an operator reads (ucp_failover_vfs.c) */
+    uint32_t          failures;       /* times the lane failed over */
+    ucs_status_t      last_status;    /* of the last failure */
+    double            last_failed_wall; /* wall clock, seconds; 0: never */
+    char              last_reason[40];
 } ucp_failover_rec_lane_t;
 
 
@@ -278,7 +283,18 @@ void ucp_failover_recover_save(ucp_ep_h ep, const ucp_ep_config_key_t *key,
  * Recovery: @a lane is failing over now (before the endpoint changes its
  * configuration): schedule its re-probes.
  */
-void ucp_failover_recover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane);
+void ucp_failover_recover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
+                                    const char *reason, ucs_status_t status);
+
+
+/** Recovery state of @a lane of the endpoint, or NULL (none kept) */
+ucp_failover_rec_lane_t *ucp_failover_rec_lane(ucp_ep_h ep,
+                                               ucp_lane_index_t lane);
+
+
+/** Fragments (or, for stream 0, ordered messages) of stream @a id of the
+ *  endpoint sent again so far */
+uint64_t ucp_failover_seq_stream_resent(ucp_ep_h ep, uint8_t id);
 
 
 /**

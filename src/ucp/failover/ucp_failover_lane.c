@@ -556,7 +556,7 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
         return cfg_status;
     }
 
-    ucp_failover_recover_lane_down(ep, lane);
+    ucp_failover_recover_lane_down(ep, lane, reason, status);
     fo->failed_lanes |= UCS_BIT(lane);
     fo->num_restarts  = 0;
     ++fo->num_failovers;

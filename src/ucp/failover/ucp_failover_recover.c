@@ -50,6 +50,7 @@
 #include <ucs/datastruct/string_buffer.h>
 #include <ucs/debug/log.h>
 #include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/string.h>
 #include <ucs/time/time.h>
 
 
@@ -103,7 +104,7 @@ static const ucp_multirail_config_t *ucp_failover_recover_config(ucp_ep_h ep)
     return &ep->worker->context->config.ext.multirail;
 }
 
-static ucp_failover_rec_lane_t *
+ucp_failover_rec_lane_t *
 ucp_failover_rec_lane(ucp_ep_h ep, ucp_lane_index_t lane)
 {
     ucp_failover_rec_t *rec = ucp_failover_ep(ep)->rec;
@@ -197,7 +198,8 @@ void ucp_failover_recover_save(ucp_ep_h ep, const ucp_ep_config_key_t *key,
     }
 }
 
-void ucp_failover_recover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
+void ucp_failover_recover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
+                                    const char *reason, ucs_status_t status)
 {
     ucp_failover_ep_t *fo                = ucp_failover_ep(ep);
     const ucp_multirail_config_t *config = ucp_failover_recover_config(ep);
@@ -230,6 +232,11 @@ void ucp_failover_recover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane)
     rl->next_attempt = now + ucs_time_from_sec(rl->delay);
     rl->attempts     = 0;
     rl->gave_up      = 0;
+
+    ++rl->failures;
+    rl->last_status      = status;
+    rl->last_failed_wall = ucs_get_accurate_time();
+    ucs_strncpy_zero(rl->last_reason, reason, sizeof(rl->last_reason));
 }
 
 /* A LANE_UP_REQ or LANE_UP_ACK about @a lane over @a uct_ep (on its rail) */

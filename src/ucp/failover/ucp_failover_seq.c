@@ -2212,6 +2212,18 @@ void ucp_failover_seq_pack_hdr(void *dest, uint64_t ep_id, uint32_t sn,
     memcpy(dest, &hdr, sizeof(hdr));
 }
 
+uint64_t ucp_failover_seq_stream_resent(ucp_ep_h ep, uint8_t id)
+{
+    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+
+    if ((seq == NULL) || (id >= UCP_FAILOVER_SEQ_STREAMS) ||
+        (seq->streams[id] == NULL)) {
+        return 0;
+    }
+
+    return seq->streams[id]->tx_resent;
+}
+
 void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
 {
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
