@@ -31,6 +31,21 @@ mr_vfs_wait_r1() {
     return 1
 }
 
+# mr_vfs_stage LANES STAGE SEC R1_RE SUMMARY_STR: wait (at most SEC s) for
+# the r1 line of LANES to match R1_RE, keep lanes and summary as
+# *.STAGE, and the summary must contain SUMMARY_STR; the r1 line in
+# mr_vfs_line (not printed: a failure must not be lost in a subshell)
+mr_vfs_stage() {
+    local f=$1 stage=$2 sec=$3
+    mr_vfs_line=$(mr_vfs_wait_r1 "$f" "$4" "$sec") ||
+        mr_fail "$stage: the r1 line did not match within $sec s: $mr_vfs_line"
+    cp "$f" "$MR_DIR/lanes.$stage"
+    cp "$(dirname "$f")/summary" "$MR_DIR/summary.$stage"
+    grep -qF -- "$5" "$MR_DIR/summary.$stage" ||
+        mr_fail "$stage: summary: $(cat "$MR_DIR/summary.$stage")"
+    return 0
+}
+
 t_vfs_lane_state() {
     local mnt=$MR_DIR/mnt vfs_pid pid f i line env
     [ -x "$MRFO_PREFIX/bin/ucx_vfs" ] ||
@@ -61,20 +76,14 @@ t_vfs_lane_state() {
         grep -q "transport=tcp/r0" "$MR_DIR/am_lane.before" ||
             mr_fail "am_lane before the fault: $(cat "$MR_DIR/am_lane.before")"
         "$MR_BED" fault blackhole 1 both
-        line=$(mr_vfs_wait_r1 "$f" " state=(failed|recovering) failures=1 .*last_reason=\"[^\"]+\"" 10) ||
-            mr_fail "r1 not shown failed within 10 s: $line"
-        cp "$f" "$MR_DIR/lanes.during"
-        cp "$(dirname "$f")/summary" "$MR_DIR/summary.during"
-        grep -q "lane_failovers=1 " "$MR_DIR/summary.during" ||
-            mr_fail "summary while r1 is down: $(cat "$MR_DIR/summary.during")"
-        mr_note="during: ${line#*state=}"
+        mr_vfs_stage "$f" during 10 \
+            " state=(failed|recovering) failures=1 .*last_reason=\"[^\"]+\"" \
+            "lane_failovers=1 "
+        mr_note="during: ${mr_vfs_line#*state=}"
         "$MR_BED" restore blackhole 1 both
-        line=$(mr_vfs_wait_r1 "$f" " state=up failures=1 reprobes=[1-9][0-9]* returns=1 " 15) ||
-            mr_fail "r1 not shown back within 15 s: $line"
-        cp "$f" "$MR_DIR/lanes.after"
-        cp "$(dirname "$f")/summary" "$MR_DIR/summary.after"
-        grep -q "lane_failovers=1 lane_returns=1 failed_lanes=0x0 " "$MR_DIR/summary.after" ||
-            mr_fail "summary after r1 healed: $(cat "$MR_DIR/summary.after")"
+        mr_vfs_stage "$f" after 15 \
+            " state=up failures=1 reprobes=[1-9][0-9]* returns=1 " \
+            "lane_failovers=1 lane_returns=1 failed_lanes=0x0 "
     fi
     [ -n "${pid:-}" ] && kill -USR1 "$pid" 2>/dev/null
     mr_pair_wait "$MR_DIR"

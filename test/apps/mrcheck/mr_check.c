@@ -2135,6 +2135,19 @@ static int default_am_striped(void)
            env_is_yes("UCX_MULTIRAIL_STRIPE_AM", 1);
 }
 
+/* 0 for @a no, 1 for @a yes, else the usage */
+static int parse_choice(const char *s, const char *no, const char *yes)
+{
+    if (!strcmp(s, no)) {
+        return 0;
+    } else if (!strcmp(s, yes)) {
+        return 1;
+    }
+
+    usage();
+    return -1;
+}
+
 static size_t parse_size(const char *s)
 {
     char *end;
@@ -2229,26 +2242,10 @@ int main(int argc, char **argv)
         switch (c) {
         case 'S': g.server = 1; break;
         case 'C': g.peer = optarg; break;
-        case 'c':
-            if (!strcmp(optarg, "sockaddr")) {
-                g.conn_sockaddr = 1;
-            } else if (!strcmp(optarg, "address")) {
-                g.conn_sockaddr = 0;
-            } else {
-                usage();
-            }
-            break;
+        case 'c': g.conn_sockaddr = parse_choice(optarg, "address", "sockaddr"); break;
         case 'l': g.listen_ip = optarg; break;
         case 'p': g.port = atoi(optarg); break;
-        case 'e':
-            if (!strcmp(optarg, "peer")) {
-                g.err_mode_peer = 1;
-            } else if (!strcmp(optarg, "none")) {
-                g.err_mode_peer = 0;
-            } else {
-                usage();
-            }
-            break;
+        case 'e': g.err_mode_peer = parse_choice(optarg, "none", "peer"); break;
         case 'a': any_api = 1; parse_list(optarg, add_api); break;
         case 's': parse_list(optarg, add_size); break;
         case 'd': g.duration = atof(optarg); break;
@@ -2272,15 +2269,7 @@ int main(int argc, char **argv)
             break;
         }
         case 'L': g.slow_log = atof(optarg) / 1000.0; break;
-        case 'O':
-            if (!strcmp(optarg, "strict")) {
-                g.am_striped = 0;
-            } else if (!strcmp(optarg, "striped")) {
-                g.am_striped = 1;
-            } else {
-                usage();
-            }
-            break;
+        case 'O': g.am_striped = parse_choice(optarg, "strict", "striped"); break;
         case 'M': g.am_single_max = parse_size(optarg); break;
         case 'I': {
             char *at = strchr(optarg, '@');
