@@ -62,7 +62,8 @@ mr_gtest_devorder() {
        ! [[ gtest_lane_version == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_failed_in_rx == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_canceled_rx == $MR_FILTER ]] &&
-       ! [[ gtest_uct_tcp_reuse_conn_fail == $MR_FILTER ]]; then
+       ! [[ gtest_uct_tcp_reuse_conn_fail == $MR_FILTER ]] &&
+       ! [[ gtest_uct_tcp_inherited_tx == $MR_FILTER ]]; then
         return 0
     fi
     ip netns del "$ns" 2>/dev/null || true
@@ -89,6 +90,9 @@ mr_gtest_devorder() {
     # UCT/TCP: creating an endpoint whose connection cannot be made fails
     # (patch 0030)
     mr_gtest uct_tcp_reuse_conn_fail 'tcp/test_uct_tcp_reuse_conn_fail.*' "$ns"
+    # UCT/TCP: an endpoint that took over a busy socket sends its data and
+    # drops it when it connects again (patch 0036, the soak's assertion)
+    mr_gtest uct_tcp_inherited_tx 'tcp/test_uct_tcp_inherited_tx.*' "$ns"
     # lane failover between two workers needs two devices for two lanes
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
