@@ -149,6 +149,21 @@ mr_expect_clean() {
     mr_expect_eq "server exit code" 0 "$mr_rc_server"
 }
 
+# mr_expect_no_ucx_errors DIR: while the traffic ran (up to the checker's
+# RESULT line; a peer that leaves at teardown is another matter), the
+# programs logged no UCX error. A rail's fault, the re-probes while it is down
+# and its return are network failures that the lanes handle: the transports
+# log them at their failure level (UCX_<TL>_FAILURE, diag by default)
+mr_expect_no_ucx_errors() {
+    local role lines
+    for role in client server; do
+        lines=$(awk '/^RESULT/ { exit } /UCX  ERROR/ { print }' \
+                "$1/$role.out")
+        [ -z "$lines" ] || mr_fail "$role: $(echo "$lines" | wc -l) UCX" \
+            "error line(s), first: $(echo "$lines" | head -1 | cut -c1-160)"
+    done
+}
+
 # mr_log_excerpt DIR: after a failure, show on stderr what CI logs cannot
 # otherwise keep: the lines of the programs' logs that name a crash or an
 # error (bounded: 12 lines a file, files under DIR only)

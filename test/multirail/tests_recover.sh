@@ -93,6 +93,7 @@ t_recover() {
     "$MR_BED" restore "$kind" "$rail" "$side"
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
+    mr_expect_no_ucx_errors "$MR_DIR"
     mr_expect_back "$rail" "$t_restore"
     [ "$carries" = 1 ] || return 0
     w=$(mr_back_wall "$MR_DIR/client.out" "r$rail" "$t_restore")
@@ -118,6 +119,7 @@ t_recover_two_rails() {
     "$MR_BED" restore down 1 b
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
+    mr_expect_no_ucx_errors "$MR_DIR"
     mr_expect_back 1 "$t_restore"
     mr_expect_back 2 "$t_restore"
 }
@@ -165,6 +167,7 @@ t_recover_flap() {
     [ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
+    mr_expect_no_ucx_errors "$MR_DIR"
     for role in client server; do
         n=$(grep -c "tcp/r1 failed (" "$MR_DIR/$role.out" || true)
         mr_note+=" ${role}_failovers=$n"

@@ -212,7 +212,7 @@ mr_roce_all() {
     # plugged back
     mr_run_test roce_reported_case_link_r1_a t_roce_link_cut a 1 sockaddr peer
     # the am lane's rail, on the other side; it also carries the RMA and
-    # atomic lanes: RMA put/get in flight are sent again (patch 0038), but
+    # atomic lanes: RMA put/get in flight are sent again (patch 0039), but
     # a hardware atomic in flight on the failing lane is not re-driven yet
     # (it completes with an error), so atomics are left out of this one
     mr_run_test roce_link_r0_amlane_b t_roce_link_cut b 0 sockaddr peer \
