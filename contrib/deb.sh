@@ -10,6 +10,9 @@
 #   apt install libucx0=1.13.1-1 libucx-dev=1.13.1-1 ucx-utils=1.13.1-1
 #                                          # go back to Debian's
 #
+# Debian's own 1.13.1-1 packages are downloaded into build/deb/debian/
+# (apt-get download), for the test command to check the way back.
+#
 # Changes to Debian's packaging, nothing else: the quilt series, a changelog
 # entry, Build-Depends: libnl-3-dev and libnl-route-3-dev added (link
 # events), doxygen and texlive-latex-base marked <!nodoc> (no binary package
@@ -90,6 +93,25 @@ own_files_patch() {
     [ "$rc" -le 1 ] || die "diff of our own files failed"
 }
 
+# Debian's own packages of the version ours supersede, into $out/debian/:
+# the way back, which the test command installs over ours in its throwaway
+# root (test/multirail/deb_ns.sh)
+fetch_debian_debs() {
+    local arch pkg missing=()
+    arch=$(dpkg --print-architecture)
+    mkdir -p "$out/debian"
+    for pkg in libucx0 libucx-dev ucx-utils; do
+        [ -f "$out/debian/${pkg}_${UCX_DEB_VERSION}_$arch.deb" ] ||
+            missing+=("$pkg=$UCX_DEB_VERSION")
+    done
+    [ ${#missing[@]} = 0 ] && return 0
+    log "fetching Debian's ${missing[*]} (the way back)"
+    (cd "$out/debian" && apt-get download -qq "${missing[@]}") \
+        >"$out/debian.log" 2>&1 ||
+        { tail -5 "$out/debian.log" >&2; die "apt-get download failed"; }
+}
+fetch_debian_debs
+
 stamp=$( (cd "$top" && own_inputs | tr ' ' '\n' | xargs sha256sum) | sha256sum |
         cut -d' ' -f1)
 if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ] &&
@@ -99,8 +121,9 @@ if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ] &&
 fi
 
 fetch_source
-rm -rf "$out"
+# (Debian's own packages in $out/debian stay)
 mkdir -p "$out"
+find "$out" -mindepth 1 -maxdepth 1 ! -name debian -exec rm -rf {} +
 cp -a "$MRFO_BUILD_DIR/pristine" "$tree"
 rm -f "$tree/.mrfo-verified"
 

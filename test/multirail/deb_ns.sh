@@ -87,3 +87,29 @@ for mpi in openmpi mpich; do
     fi
     "$MR_BED" down
 done
+
+# The way back (README: apt install libucx0=1.13.1-1 ...): Debian's own
+# packages of that version, fetched by contrib/deb.sh, installed over ours;
+# then Debian's ucx_info runs on Debian's libraries again, with no failover
+# knob
+debian=()
+for pkg in libucx0 libucx-dev ucx-utils; do
+    debian+=("$(dirname "$1")/debian/${pkg}_1.13.1-1_$(dpkg --print-architecture).deb")
+done
+if ! ls "${debian[@]}" >/dev/null 2>&1; then
+    check way_back fail "no Debian packages in $(dirname "$1")/debian (contrib/deb.sh)"
+elif ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+        --allow-downgrades --no-install-recommends "${debian[@]}" \
+        >"$MR_DIR/way_back.log" 2>&1; then
+    check way_back fail "apt-get install: $(tail -2 "$MR_DIR/way_back.log" | tr '\n' ' ')"
+else
+    v=$(dpkg-query -W -f='${Version} ' libucx0 libucx-dev ucx-utils)
+    out=$(env -u LD_LIBRARY_PATH /usr/bin/ucx_info -cf 2>&1 || true)
+    n=$(grep -c '^UCX_MULTIRAIL_' <<<"$out" || true)
+    if [ "$v" = "1.13.1-1 1.13.1-1 1.13.1-1 " ] && [ "$n" = 0 ] &&
+       grep -q '^UCX_TLS=' <<<"$out"; then
+        check way_back ok "Debian's 1.13.1-1 back, ucx_info lists no failover knob"
+    else
+        check way_back fail "versions '$v', $n UCX_MULTIRAIL_* knobs"
+    fi
+fi

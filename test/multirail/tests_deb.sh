@@ -4,8 +4,8 @@
 # machine's own packages stay as they are: versions, Debian's ucx_info
 # listing the knobs from the installed libraries, the site switch in
 # /etc/ucx/ucx.conf, and Debian's Open MPI and MPICH failing a rail over
-# with no LD_LIBRARY_PATH. Afterwards the machine's libucx0 must be
-# unchanged.
+# with no LD_LIBRARY_PATH, and the way back to Debian's own 1.13.1-1
+# packages. Afterwards the machine's libucx0 must be unchanged.
 
 mr_deb_dir() { echo "${MRFO_BUILD_DIR:-$MR_TOP/build}/deb"; }
 
@@ -28,7 +28,7 @@ t_deb_packages() {
     [ "$rc" = 0 ] || mr_fail "deb_ns.sh exited with $rc: $(tail -2 "$MR_DIR/ns.err")"
     for v in dpkg_install version_libucx0 version_libucx-dev version_ucx-utils \
              ucx_info_knobs ucx_info_libucp ucx_conf_switch openmpi_failover \
-             mpich_failover; do
+             mpich_failover way_back; do
         line=$(grep "^CHECK $v " "$MR_DIR/checks" || true)
         case "$line" in
             "CHECK $v ok"*) mr_note+=" $v" ;;
