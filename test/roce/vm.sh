@@ -269,6 +269,14 @@ mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 share \
 # Fresh /run and /tmp: the host's would show through the overlay
 mount -t tmpfs -o mode=755 tmpfs /newroot/run
 mount -t tmpfs -o mode=1777 tmpfs /newroot/tmp
+# ... but a checkout there (a fresh clone in /tmp) stays visible
+top=${mrfo_script%/test/roce/guest.sh}
+case "$top" in
+/tmp/*|/run/*)
+    mkdir -p "/newroot$top"
+    mount -o bind "/mnt/lower$top" "/newroot$top" || fail "bind $top"
+    ;;
+esac
 mount --move /proc /newroot/proc
 mount --move /sys /newroot/sys
 mount --move /dev /newroot/dev
