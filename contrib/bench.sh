@@ -16,6 +16,11 @@
 #   MR_BENCH_RUNS=N    runs per variant and test (default 5)
 #   MR_BENCH_RATE=R    per-rail tbf rate (default 500mbit)
 #   MR_BENCH_RAILS=N   rails (default 2)
+#   MR_BENCH_PREV=DIR  also an earlier build installed in DIR (DIR/lib),
+#                      failover on, in every measurement ("prev")
+#   MR_BENCH_SET=cpu   the CPU-bound set (with MR_BENCH_RATE=none): 8 B
+#                      message rates of tag_bw and ucp_am_bw, 1 MiB tag_bw,
+#                      64 KiB stream_bw, 8 B tag_lat
 #   MR_BENCH_CALLGRIND=0  skip the instruction count (valgrind)
 #   MR_BENCH_MRLAT=N   runs of mr_lat (failover off and on in one
 #                      process, alternating batches; default 5; 0: none)
@@ -63,11 +68,13 @@ variant_env() {
         # message fragments kept on the am lane (no data streams)
         pin)   echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=y" \
                     "UCX_MULTIRAIL_STRIPE_AM=n" ;;
+        # an earlier build (MR_BENCH_PREV=its prefix), failover on
+        prev)  echo "LD_LIBRARY_PATH=$MR_BENCH_PREV/lib UCX_MULTIRAIL_FAILOVER=y" ;;
     esac
 }
 
 # run_one VARIANT TEST SIZE ITERS [perftest args] -> prints "latency_us
-# bandwidth_MBs"
+# bandwidth_MBs message_rate"
 run_one() {
     local v=$1 t=$2 s=$3 n=$4 spid line
     shift 4
@@ -87,9 +94,10 @@ run_one() {
         -t "$t" -s "$s" -n "$n" "$@" 2>&1 | tee -a "$out/client.log" |
         grep '^Final:' || true)
     wait $spid || true
-    [ -n "$line" ] || { echo "no result: $v $t" >&2; echo "nan nan"; return; }
-    # Final: iters lat_p50 lat_avg lat_overall bw_avg bw_overall rate...
-    awk '{print $3, $7}' <<<"$line"
+    [ -n "$line" ] || { echo "no result: $v $t" >&2; echo "nan nan nan"; return; }
+    # Final: iters lat_p50 lat_avg lat_overall bw_avg bw_overall rate_avg
+    # rate_overall
+    awk '{print $3, $7, $9}' <<<"$line"
 }
 
 # Instructions spent in the eager send/receive path (valgrind callgrind on
@@ -129,49 +137,90 @@ callgrind_one() {
 
 median() { sort -g | awk '{a[NR] = $1} END {print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2}'; }
 
-# tag_bw with -e: endpoints in err mode PEER, which over TCP have no
-# rendezvous lanes, so 1 MiB messages move as AM fragments over the am_bw
-# lanes (with failover on: the data streams; "pin": the am lane only)
+# The measurements: NAME|VARIANTS|FIELD|TEST SIZE ITERS [ARGS], FIELD being
+# lat (us, lower is better), bw (MB/s) or rate (messages/s). By default the
+# latency and 1 MiB bandwidth of session 4 on, and tag_bw with -e:
+# endpoints in err mode PEER, which over TCP have no rendezvous lanes, so
+# 1 MiB messages move as AM fragments over the am_bw lanes (with failover
+# on: the data streams; "pin": the am lane only). MR_BENCH_SET=cpu (meant
+# with MR_BENCH_RATE=none, rails that are not capped: CPU-bound) measures
+# what a copy or an extra message per message costs: the 8 B message rate
+# of tag_bw and ucp_am_bw, 1 MiB tag_bw, 64 KiB stream_bw, 8 B tag_lat.
+if [ "${MR_BENCH_SET:-default}" = cpu ]; then
+    tests="tag_bw 8 B rate|stock off on|rate|tag_bw 8 1000000
+tag_bw 1 MiB|stock off on|bw|tag_bw 1048576 2000
+stream_bw 64 KiB|stock off on|bw|stream_bw 65536 20000
+ucp_am_bw 8 B rate|stock off on|rate|ucp_am_bw 8 1000000
+tag_lat 8 B|stock off on|lat|tag_lat 8 100000"
+else
+    tests="tag_lat 8 B|stock off on|lat|tag_lat 8 200000
+tag_bw 1 MiB|stock off on|bw|tag_bw 1048576 400
+tag_bw 1 MiB, err mode peer|stock off on pin|bw|tag_bw 1048576 400 -e"
+fi
+
+if [ -n "${MR_BENCH_PREV:-}" ]; then
+    [ -e "$MR_BENCH_PREV/lib/libucp.so.0" ] ||
+        die "MR_BENCH_PREV=$MR_BENCH_PREV has no lib/libucp.so.0"
+    tests=$(sed 's/^\([^|]*\)|\([^|]*\)|/\1|\2 prev|/' <<<"$tests")
+fi
+
+# every variant of every test in each run, interleaved: the machine's drift
+# hits them alike -> raw.txt "VARIANT RUN TESTNO VALUE"
 for ((r = 1; r <= runs; r++)); do
-    for v in stock off on pin; do
-        lat=nan bw=nan
-        if [ $v != pin ]; then
-            read -r lat _ < <(run_one "$v" tag_lat 8 200000)
-            read -r _ bw < <(run_one "$v" tag_bw 1048576 400)
-        fi
-        read -r _ bwe < <(run_one "$v" tag_bw 1048576 400 -e)
-        echo "$v $r $lat $bw $bwe" | tee -a "$out/raw.txt" >&2
-    done
+    tno=0
+    while IFS='|' read -r name variants field args; do
+        tno=$((tno + 1))
+        for v in $variants; do
+            # shellcheck disable=SC2086
+            read -r lat bw rate < <(run_one "$v" $args)
+            case $field in
+                lat) val=$lat ;; bw) val=$bw ;; rate) val=$rate ;;
+            esac
+            echo "$v $r $tno $val" | tee -a "$out/raw.txt" >&2
+        done
+    done <<<"$tests"
 done
 
+vname() {
+    case "$1" in
+        stock) echo "Debian libucx0 1.13.1" ;;
+        off)   echo "ours, failover off" ;;
+        on)    echo "ours, failover on" ;;
+        pin)   echo "ours, failover on, UCX_MULTIRAIL_STRIPE_AM=n" ;;
+        prev)  echo "earlier build ($(cat "$MR_BENCH_PREV/COMMIT" 2>/dev/null ||
+                                      echo "$MR_BENCH_PREV")), failover on" ;;
+    esac
+}
+
 {
-    echo "ucx_perftest over $rails x $rate rails (tcp), median of $runs runs:"
+    echo "ucx_perftest over $rails x $rate rails (tcp), median of $runs runs"
+    echo "(min..max of the runs; ratios of medians):"
     echo
-    echo "| variant | tag_lat 8 B p50 (us) | min..max of runs | ratio | tag_bw 1 MiB (MB/s) | ratio | tag_bw 1 MiB, err mode peer (MB/s) | ratio |"
-    echo "|---|---|---|---|---|---|---|---|"
-    s_lat=$(awk '$1 == "stock" {print $3}' "$out/raw.txt" | median)
-    s_bw=$(awk '$1 == "stock" {print $4}' "$out/raw.txt" | median)
-    s_bwe=$(awk '$1 == "stock" {print $5}' "$out/raw.txt" | median)
-    for v in stock off on pin; do
-        lat=$(awk -v v=$v '$1 == v {print $3}' "$out/raw.txt" | median)
-        range=$(awk -v v=$v '$1 == v {print $3}' "$out/raw.txt" | sort -g |
-                sed -n '1p;$p' | paste -sd' ' | awk '{printf "%.2f..%.2f", $1, $2}')
-        bw=$(awk -v v=$v '$1 == v {print $4}' "$out/raw.txt" | median)
-        bwe=$(awk -v v=$v '$1 == v {print $5}' "$out/raw.txt" | median)
-        name=$v
-        [ $v = stock ] && name="Debian libucx0 1.13.1"
-        [ $v = off ] && name="ours, failover off"
-        [ $v = on ] && name="ours, failover on"
-        [ $v = pin ] && name="ours, failover on, UCX_MULTIRAIL_STRIPE_AM=n"
-        if [ $v = pin ]; then
-            awk -v n="$name" -v be="$bwe" -v sbe="$s_bwe" \
-                'BEGIN { printf "| %s | - | - | - | - | - | %.2f | %.3f |\n", n, be, be / sbe }'
-            continue
-        fi
-        awk -v n="$name" -v l="$lat" -v b="$bw" -v sl="$s_lat" -v sb="$s_bw" \
-            -v rg="$range" -v be="$bwe" -v sbe="$s_bwe" \
-            'BEGIN { printf "| %s | %.3f | %s | %.3f | %.2f | %.3f | %.2f | %.3f |\n", n, l, rg, l / sl, b, b / sb, be, be / sbe }'
-    done
+    echo "| measurement | variant | median | min..max | / Debian | on / off |"
+    echo "|---|---|---|---|---|---|"
+    tno=0
+    while IFS='|' read -r name variants field args; do
+        tno=$((tno + 1))
+        unit=$(case $field in lat) echo us ;; bw) echo MB/s ;;
+               rate) echo msg/s ;; esac)
+        stock=$(awk -v t=$tno '$1 == "stock" && $3 == t {print $4}' \
+                "$out/raw.txt" | median)
+        off=$(awk -v t=$tno '$1 == "off" && $3 == t {print $4}' \
+              "$out/raw.txt" | median)
+        for v in $variants; do
+            med=$(awk -v v=$v -v t=$tno '$1 == v && $3 == t {print $4}' \
+                  "$out/raw.txt" | median)
+            range=$(awk -v v=$v -v t=$tno '$1 == v && $3 == t {print $4}' \
+                    "$out/raw.txt" | sort -g | sed -n '1p;$p' | paste -sd' ')
+            awk -v n="$name ($unit)" -v vn="$(vname $v)" -v m="$med" \
+                -v rg="$range" -v s="$stock" -v o="$off" -v v=$v \
+                'BEGIN { split(rg, r, " ");
+                         printf "| %s | %s | %.3f | %.3f..%.3f | %.3f | %s |\n",
+                                n, vn, m, r[1], r[2], m / s,
+                                (v == "on" || v == "pin" || v == "prev") ?
+                                sprintf("%.3f", m / o) : "-" }'
+        done
+    done <<<"$tests"
 } | tee "$out/table.md"
 
 # Failover off and on in one process (mr_lat: two UCP contexts, batches of
@@ -179,36 +228,51 @@ done
 # between runs (±10 % and bimodal here) hits both alike, which separate
 # ucx_perftest runs cannot give
 mrlat_runs=${MR_BENCH_MRLAT:-5}
-if [ "$mrlat_runs" -gt 0 ]; then
-    : >"$out/mr_lat.txt"
+# mrlat_table NAME "MR_LAT ARGS" TITLE: mrlat_runs runs of mr_lat -> table
+mrlat_table() {
+    local name=$1 args=$2 title=$3 r spid
+    : >"$out/$name.txt"
     for ((r = 1; r <= mrlat_runs; r++)); do
+        # shellcheck disable=SC2086
         env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
             UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
             LD_LIBRARY_PATH="$MRFO_PREFIX/lib" \
             timeout 120 taskset -c 0 "$bed" exec b "$MRFO_PREFIX/bin/mr_lat" \
-            -p "$port" -b 200 -k 1000 >"$out/server.log" 2>&1 &
+            -p "$port" $args >"$out/server.log" 2>&1 &
         spid=$!
         sleep 0.5
+        # shellcheck disable=SC2086
         env -i PATH="$PATH" UCX_TLS=tcp UCX_NET_DEVICES="$devs" \
             UCX_MAX_EAGER_RAILS="$rails" UCX_MAX_RNDV_RAILS="$rails" \
             LD_LIBRARY_PATH="$MRFO_PREFIX/lib" \
             timeout 120 taskset -c 1 "$bed" exec a "$MRFO_PREFIX/bin/mr_lat" \
-            -p "$port" -b 200 -k 1000 "$server_ip" 2>&1 |
-            grep '^RESULT' | tee -a "$out/mr_lat.txt" >&2 || true
+            -p "$port" $args "$server_ip" 2>&1 |
+            grep '^RESULT' | tee -a "$out/$name.txt" >&2 || true
         wait $spid || true
     done
     # shellcheck disable=SC2016
     awk '{for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
           printf "| %d | %.3f | %.3f | %.4f | %.4f (%.4f..%.4f) |\n", NR,
                  v["off_us"], v["on_us"], v["ratio"], v["pair_ratio_median"],
-                 v["pair_ratio_q1"], v["pair_ratio_q3"] }' "$out/mr_lat.txt" |
+                 v["pair_ratio_q1"], v["pair_ratio_q3"] }' "$out/$name.txt" |
         { echo
-          echo "8 B tag latency (half round trip), failover off and on in one process"
-          echo "(mr_lat, 200 batches x 1,000 ping-pongs, $rails rails):"
+          echo "$title"
           echo
           echo "| run | off (us) | on (us) | on / off | neighbouring batches: median on / off (quartiles) |"
           echo "|---|---|---|---|---|"
           cat; } | tee -a "$out/table.md"
+}
+# Failover off and on in one process (mr_lat: two UCP contexts, batches
+# alternating off, on, on, off, ...): the machine's drift between runs (±10 %
+# and bimodal here) hits both alike, which separate ucx_perftest runs cannot
+# give
+if [ "$mrlat_runs" -gt 0 ]; then
+    mrlat_table mr_lat "-b 200 -k 1000" \
+        "8 B tag latency (half round trip), failover off and on in one process (mr_lat, 200 batches x 1,000 ping-pongs, $rails rails):"
+    if [ "${MR_BENCH_SET:-default}" = cpu ]; then
+        mrlat_table mr_rate "-r 64 -b 100 -k 100" \
+            "8 B tag message rate, failover off and on in one process (mr_lat -r 64: 100 batches x 100 windows of 64 messages; us per message, on / off > 1 is slower):"
+    fi
 fi
 
 if command -v valgrind >/dev/null && [ "${MR_BENCH_CALLGRIND:-1}" = 1 ]; then

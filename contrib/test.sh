@@ -35,6 +35,7 @@ mkdir -p "$MRFO_RESULTS"
 . "$top/test/multirail/tests_stock.sh"
 . "$top/test/multirail/tests_failover.sh"
 . "$top/test/multirail/tests_detect.sh"
+. "$top/test/multirail/tests_memory.sh"
 . "$top/test/multirail/tests_recover.sh"
 . "$top/test/multirail/tests_soak.sh"
 . "$top/test/multirail/tests_roce.sh"
@@ -67,6 +68,7 @@ mr_stock_all
 mr_deb_all
 mr_failover_all
 mr_detect_all
+mr_memory_all
 mr_vfs_all
 mr_recover_all
 mr_soak_all

@@ -121,6 +121,7 @@ mr_gtest_all() {
     [ -x "$MR_GTEST" ] || { echo "no gtest binary at $MR_GTEST" >&2;
                             mr_failed=$((mr_failed + 1)); return; }
     mr_gtest multirail_config 'test_ucp_multirail_config.*'
+    mr_gtest failover_pool 'test_ucp_failover_pool.*'
     mr_gtest_devorder
     # upstream tests that must not regress
     mr_gtest tcp_peer_failure 'tcp/test_ucp_peer_failure.*'

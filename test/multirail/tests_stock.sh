@@ -85,6 +85,8 @@ t_bad_knob_values() {
               "UCX_MULTIRAIL_REPROBE_MAX_ATTEMPTS=0:REPROBE_MAX_ATTEMPTS" \
               "UCX_MULTIRAIL_RETAIN=lots:MULTIRAIL_RETAIN" \
               "UCX_MULTIRAIL_RETAIN=1k:UCX_MULTIRAIL_RETAIN" \
+              "UCX_MULTIRAIL_RETAIN_WORKER=512k:UCX_MULTIRAIL_RETAIN_WORKER (524288 bytes) must not be smaller" \
+              "UCX_MULTIRAIL_RETAIN_WORKER=auto:UCX_MULTIRAIL_RETAIN_WORKER must be a size" \
               "UCX_MULTIRAIL_FAILOVER=y,UCX_PROTO_ENABLE=y:UCX_MULTIRAIL_FAILOVER=y does not work with UCX_PROTO_ENABLE=y"; do
         name=${kv%%:*}
         IFS=, read -r -a envs <<<"$name"

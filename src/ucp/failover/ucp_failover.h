@@ -10,6 +10,7 @@
 #include <ucp/core/ucp_types.h>
 #include <ucs/config/parser.h>
 #include <ucs/datastruct/callbackq.h>
+#include <ucs/datastruct/list.h>
 #include <ucs/type/status.h>
 
 #include <stdio.h>
@@ -24,8 +25,9 @@ struct ucp_tl_resource_desc;
  * (address.c). Two peers fail over only when they run the same version; a
  * peer with another one is treated as a stock peer. Raise it with every
  * change of what goes on the wire. At most 8 (three bits carry it).
+ * 1: issue 24; 2: the RESEND flag of an acknowledgement (session 18).
  */
-#define UCP_FAILOVER_WIRE_VERSION 1
+#define UCP_FAILOVER_WIRE_VERSION 2
 
 
 /**
@@ -47,9 +49,12 @@ typedef struct ucp_multirail_config {
     double        reprobe_max_interval;
     /** UCX_MULTIRAIL_REPROBE_MAX_ATTEMPTS: re-probes per failure, or inf */
     unsigned long reprobe_max_attempts;
-    /** UCX_MULTIRAIL_RETAIN: bound of unacknowledged ordered messages kept
-     *  per endpoint for sending again, bytes */
+    /** UCX_MULTIRAIL_RETAIN: bound of unacknowledged messages kept per
+     *  endpoint for sending again, bytes of the buffers holding them */
     size_t        retain;
+    /** UCX_MULTIRAIL_RETAIN_WORKER: the same bound for all the endpoints of
+     *  a worker together */
+    size_t        retain_worker;
     /** UCX_MULTIRAIL_STRIPE_AM: message fragments stripe over the lanes,
      *  each lane's sequenced as a data stream */
     int           stripe_am;
@@ -116,6 +121,11 @@ typedef struct ucp_failover_ep {
     ucs_time_t       cm_deadline;              /* CM_PENDING decided then */
     struct ucp_failover_rec *rec;              /* Recovery state, or NULL */
     struct ucp_failover_seq *seq;              /* Sequencing state, or NULL */
+    ucs_list_link_t  list;                     /* In the worker's failover
+                                                  endpoints once NEGOTIATED
+                                                  (next NULL: not in it) */
+    ucp_ep_h         ep;                       /* This endpoint (walks of
+                                                  that list) */
 } ucp_failover_ep_t;
 
 
@@ -130,6 +140,11 @@ typedef struct ucp_failover_ep {
  * worker runs without it.
  */
 void ucp_failover_worker_init(ucp_worker_h worker);
+
+
+/** Bytes the worker holds in failover buffers (retained messages,
+ *  rendezvous fragment trackers), which UCX_MULTIRAIL_RETAIN_WORKER bounds */
+size_t ucp_failover_worker_held(ucp_worker_h worker);
 void ucp_failover_worker_cleanup(ucp_worker_h worker);
 
 

@@ -64,19 +64,29 @@ ucs_config_field_t ucp_multirail_config_table[] = {
    UCS_CONFIG_TYPE_ULUNITS},
 
   {"MULTIRAIL_RETAIN", "1m",
-   "Per endpoint, how many bytes of ordered messages (everything sent on the am\n"
-   "lane), and as many per other lane that carries message fragments\n"
-   "(MULTIRAIL_STRIPE_AM), are kept until the peer acknowledges them, to be sent again if the am\n"
-   "lane fails. When the bound is reached, new messages wait (they are queued\n"
-   "as pending) until acknowledgements free room. At least 64k; \"inf\" never\n"
-   "holds messages back.",
+   "Per endpoint, how many bytes of messages (everything sent on the am lane,\n"
+   "and message fragments on other lanes, MULTIRAIL_STRIPE_AM) are kept until\n"
+   "the peer acknowledges them, to be sent again if their lane fails; counted\n"
+   "by the buffers that hold them. When the bound is reached, new messages\n"
+   "wait (they are queued as pending) until acknowledgements free room. At\n"
+   "least 64k; \"inf\" never holds messages back.",
    ucs_offsetof(ucp_multirail_config_t, retain), UCS_CONFIG_TYPE_MEMUNITS},
+
+  {"MULTIRAIL_RETAIN_WORKER", "256m",
+   "Per worker, how many bytes all its endpoints together keep as\n"
+   "MULTIRAIL_RETAIN counts them (and the trackers of rendezvous fragments in\n"
+   "flight, a few dozen bytes each). When the bound is reached, new messages of\n"
+   "every endpoint of the worker wait until acknowledgements free room. At\n"
+   "least MULTIRAIL_RETAIN (when that is a size); \"inf\" bounds each\n"
+   "endpoint only.",
+   ucs_offsetof(ucp_multirail_config_t, retain_worker),
+   UCS_CONFIG_TYPE_MEMUNITS},
 
   {"MULTIRAIL_STRIPE_AM", "y",
    "With UCX_MAX_EAGER_RAILS > 1, let the middle fragments of eager and AM\n"
    "messages (and rendezvous data sent as active messages) stripe over the\n"
-   "lanes besides the am lane. Each such lane keeps its fragments, as\n"
-   "MULTIRAIL_RETAIN bounds, until the peer acknowledges them, and they are sent\n"
+   "lanes besides the am lane. Each such lane keeps its fragments, within\n"
+   "MULTIRAIL_RETAIN, until the peer acknowledges them, and they are sent\n"
    "again on the am lane if the lane fails. With \"n\", or when the lanes'\n"
    "active-message limits differ, they ride the am lane only.",
    ucs_offsetof(ucp_multirail_config_t, stripe_am), UCS_CONFIG_TYPE_BOOL},
@@ -163,6 +173,26 @@ ucp_multirail_config_check(const struct ucp_context_config *ctx_config)
         ucs_error("UCX_MULTIRAIL_RETAIN must be at least 64k (got %zu bytes): "
                   "a smaller bound would stall every endpoint on its "
                   "acknowledgements", config->retain);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->retain_worker == UCS_MEMUNITS_AUTO) {
+        ucs_error("UCX_MULTIRAIL_RETAIN_WORKER must be a size (at least "
+                  "UCX_MULTIRAIL_RETAIN) or \"inf\", not \"auto\"");
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (config->retain_worker < (64 * UCS_KBYTE)) {
+        ucs_error("UCX_MULTIRAIL_RETAIN_WORKER must be at least 64k (got %zu "
+                  "bytes)", config->retain_worker);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if ((config->retain != UCS_MEMUNITS_INF) &&
+        (config->retain_worker < config->retain)) {
+        ucs_error("UCX_MULTIRAIL_RETAIN_WORKER (%zu bytes) must not be smaller "
+                  "than UCX_MULTIRAIL_RETAIN (%zu bytes)",
+                  config->retain_worker, config->retain);
         return UCS_ERR_INVALID_PARAM;
     }
 

@@ -10,6 +10,7 @@
 #define UCP_FAILOVER_INT_H_
 
 #include "ucp_failover.h"
+#include "ucp_failover_pool.h"
 
 #include <ucp/core/ucp_ep.inl>
 #include <ucs/async/async_fwd.h>
@@ -449,7 +450,17 @@ typedef struct ucp_failover_worker {
     ucs_time_t                log_window;      /* recovery log rate limit */
     unsigned                  log_count;
     unsigned                  log_suppressed;
+    ucp_failover_pool_t       *pool;           /* buffers, or NULL */
+    /* Endpoints that negotiated failover (ucp_failover_ep_t.list): what
+     * the probe rounds and device events walk, not all endpoints */
+    ucs_list_link_t           eps;
 } ucp_failover_worker_t;
+
+
+/** @a ep negotiated failover (it stays in the worker's list until it is
+ *  destroyed, even if a later negotiation fails), or is destroyed */
+void ucp_failover_worker_ep_add(ucp_ep_h ep);
+void ucp_failover_worker_ep_remove(ucp_ep_h ep);
 
 
 /** Set up the worker's log of rail events */

@@ -219,6 +219,7 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
 
     fo->flags    |= UCP_FAILOVER_EP_FLAG_NEGOTIATED;
     fo->peer_uuid = remote_address->uuid;
+    ucp_failover_worker_ep_add(ep);
     if (ucp_failover_key_can_stripe(ep->worker, key)) {
         fo->flags |= UCP_FAILOVER_EP_FLAG_STRIPE;
     } else {

@@ -101,7 +101,7 @@ static unsigned ucp_failover_probe_progress(void *arg)
 {
     ucp_failover_worker_t *fw = arg;
     ucp_worker_h worker       = fw->worker;
-    ucp_ep_ext_gen_t *ep_ext, *tmp;
+    ucp_failover_ep_t *fo, *tmp;
     ucp_rsc_index_t rsc_index;
     ucp_lane_index_t lane;
     uint64_t key;
@@ -115,8 +115,10 @@ static unsigned ucp_failover_probe_progress(void *arg)
     fw->round_eps = 0;
     kh_clear(ucp_failover_rail_set, &fw->probed_rails);
     ucp_failover_recover_round_begin(fw);
-    ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
-        ep = ucp_ep_from_ext_gen(ep_ext);
+    /* the endpoints that negotiated failover: the others have nothing to
+     * probe, acknowledge or recover */
+    ucs_list_for_each_safe(fo, tmp, &fw->eps, list) {
+        ep = fo->ep;
         ucp_failover_recover_ep(fw, ep);
         ucp_failover_cm_check(fw, ep);
         ucp_failover_seq_ep_connected(ep);

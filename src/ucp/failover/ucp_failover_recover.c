@@ -989,6 +989,7 @@ void ucp_failover_ep_destroy(ucp_ep_h ep)
     ucp_lane_index_t lane;
     uct_ep_h uct_ep;
 
+    ucp_failover_worker_ep_remove(ep);
     ucp_failover_seq_cleanup(ep);
     ucp_failover_log_ep_gone(ep->worker, ucs_popcount(fo->failed_lanes),
                              fo->num_redriven);

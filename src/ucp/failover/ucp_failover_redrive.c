@@ -100,11 +100,14 @@ struct ucp_failover_rndv_redo {
 };
 
 
+/* A fragment in flight, from the worker's buffers (no malloc per
+ * fragment) */
 typedef struct {
     uct_completion_t comp;
     ucp_request_t    *req;
     size_t           offset;
     size_t           length;
+    size_t           held;   /* of its buffer */
 } ucp_failover_rndv_frag_t;
 
 
@@ -228,14 +231,16 @@ static void ucp_failover_rndv_frag_completed(uct_completion_t *self)
         ucp_failover_rndv_lost(req, frag->offset,
                                frag->offset + frag->length);
     }
-    ucs_free(frag);
+    ucp_failover_pool_put(frag, frag->held);
     ucp_invoke_uct_completion(&req->send.state.uct_comp, status);
 }
 
 uct_completion_t *ucp_failover_rndv_frag_comp(ucp_request_t *req,
                                               size_t offset, size_t length)
 {
+    ucp_failover_worker_t *fw = req->send.ep->worker->failover;
     ucp_failover_rndv_frag_t *frag;
+    size_t held;
 
     /* failover is negotiated at wireup, before any data flows on the lanes:
      * a restartable rendezvous has all or none of its fragments tracked */
@@ -245,7 +250,8 @@ uct_completion_t *ucp_failover_rndv_frag_comp(ucp_request_t *req,
         return &req->send.state.uct_comp;
     }
 
-    frag = ucs_malloc(sizeof(*frag), "failover rndv frag");
+    frag = ucp_failover_pool_get((fw == NULL) ? NULL : fw->pool, sizeof(*frag),
+                                 &held);
     if (frag == NULL) {
         ucp_failover_rndv_redo_release(req);
         req->send.rndv.fo_redo = UCP_FAILOVER_REDO_ALL;
@@ -258,6 +264,7 @@ uct_completion_t *ucp_failover_rndv_frag_comp(ucp_request_t *req,
     frag->req         = req;
     frag->offset      = offset;
     frag->length      = length;
+    frag->held        = held;
     return &frag->comp;
 }
 
@@ -282,7 +289,7 @@ void ucp_failover_rndv_frag_posted(ucp_request_t *req, uct_completion_t *comp,
             range->start = frag->offset;
         }
     }
-    ucs_free(frag);
+    ucp_failover_pool_put(frag, frag->held);
 }
 
 size_t ucp_failover_rndv_frag_clip(ucp_request_t *req, size_t length)

@@ -292,7 +292,9 @@ ucp_failover_msg_lane(ucp_ep_h ep, const ucp_failover_msg_t *msg)
 static ucp_ep_h ucp_failover_msg_ep(ucp_worker_h worker, uint64_t ep_id,
                                     const ucp_failover_msg_t *msg)
 {
+    ucp_failover_worker_t *fw = worker->failover;
     ucp_ep_ext_gen_t *ep_ext;
+    ucp_failover_ep_t *fo;
     ucp_ep_h ep;
 
     if (ep_id != UCS_PTR_MAP_KEY_INVALID) {
@@ -300,6 +302,19 @@ static ucp_ep_h ucp_failover_msg_ep(ucp_worker_h worker, uint64_t ep_id,
                ep : NULL;
     }
 
+    if (fw != NULL) {
+        /* the endpoints that negotiated failover */
+        ucs_list_for_each(fo, &fw->eps, list) {
+            if ((fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) &&
+                (fo->peer_uuid == msg->sender_uuid) &&
+                (fo->ep->conn_sn == msg->conn_sn)) {
+                return fo->ep;
+            }
+        }
+        return NULL;
+    }
+
+    /* no rail monitor (it could not be allocated): every endpoint */
     ucs_list_for_each(ep_ext, &worker->all_eps, ep_list) {
         ep = ucp_ep_from_ext_gen(ep_ext);
         if ((ucp_failover_ep(ep)->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) &&

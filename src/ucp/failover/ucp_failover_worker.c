@@ -286,7 +286,7 @@ static unsigned ucp_failover_worker_event_progress(void *arg)
     ucp_worker_h worker       = fw->worker;
     uint8_t events[UCP_MAX_RESOURCES];
     uint8_t ups[UCP_MAX_RESOURCES];
-    ucp_ep_ext_gen_t *ep_ext, *tmp;
+    ucp_failover_ep_t *fo, *tmp;
     ucp_rsc_index_t rsc_index;
     int any_up = 0;
 
@@ -326,13 +326,45 @@ static unsigned ucp_failover_worker_event_progress(void *arg)
     }
 
     fw->walking = 1;
-    ucs_list_for_each_safe(ep_ext, tmp, &worker->all_eps, ep_list) {
-        ucp_failover_ep_devices_down(fw, ucp_ep_from_ext_gen(ep_ext), events);
+    ucs_list_for_each_safe(fo, tmp, &fw->eps, list) {
+        ucp_failover_ep_devices_down(fw, fo->ep, events);
     }
     fw->walking = 0;
 
     UCS_ASYNC_UNBLOCK(&worker->async);
     return 1;
+}
+
+size_t ucp_failover_worker_held(ucp_worker_h worker)
+{
+    return (worker->failover == NULL) ?
+           0 : ucp_failover_pool_held(worker->failover->pool);
+}
+
+void ucp_failover_worker_ep_add(ucp_ep_h ep)
+{
+    ucp_failover_worker_t *fw = ep->worker->failover;
+    ucp_failover_ep_t *fo     = ucp_failover_ep(ep);
+
+    if ((fw == NULL) || (fo->list.next != NULL)) {
+        return;
+    }
+
+    fo->ep = ep;
+    ucs_list_add_tail(&fw->eps, &fo->list);
+}
+
+void ucp_failover_worker_ep_remove(ucp_ep_h ep)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+
+    if (fo->list.next == NULL) {
+        return;
+    }
+
+    /* (the worker's cleanup unlinks every endpoint first) */
+    ucs_list_del(&fo->list);
+    fo->list.next = fo->list.prev = NULL;
 }
 
 void ucp_failover_worker_init(ucp_worker_h worker)
@@ -355,6 +387,10 @@ void ucp_failover_worker_init(ucp_worker_h worker)
 
     fw->worker         = worker;
     fw->probe_timer_id = -1;
+    ucs_list_head_init(&fw->eps);
+    /* without it, buffers are malloc'ed */
+    fw->pool           = ucp_failover_pool_create(
+            worker, context->config.ext.multirail.retain_worker);
     ucp_failover_log_init(&fw->log);
     ucp_failover_recover_init(fw);
     for (rsc_index = 0; rsc_index < context->num_tls; ++rsc_index) {
@@ -404,6 +440,7 @@ static int ucp_failover_worker_cb_filter(const ucs_callbackq_elem_t *elem,
 void ucp_failover_worker_cleanup(ucp_worker_h worker)
 {
     ucp_failover_worker_t *fw = worker->failover;
+    ucp_failover_ep_t *fo, *tmp;
 
     if (fw == NULL) {
         return;
@@ -423,8 +460,14 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker)
     UCS_ASYNC_BLOCK(&worker->async);
     ucp_failover_log_cleanup(worker);
     worker->failover = NULL;
+    /* endpoints outlive the monitor: their links to its list go */
+    ucs_list_for_each_safe(fo, tmp, &fw->eps, list) {
+        fo->list.next = fo->list.prev = NULL;
+    }
     UCS_ASYNC_UNBLOCK(&worker->async);
     ucp_failover_recover_cleanup(fw);
+    /* endpoints and buffers that outlive the monitor keep the pool */
+    ucp_failover_pool_unref(fw->pool);
     ucs_free(fw);
 }
 

@@ -52,6 +52,7 @@ typedef struct {
 
 
 UCS_ARRAY_DEFINE_INLINE(uct_tcp_zwin_conns, unsigned, uct_tcp_zwin_conn_t);
+UCS_ARRAY_DEFINE_INLINE(uct_tcp_zwin_slots, unsigned, unsigned);
 
 
 struct uct_tcp_zwin {
@@ -61,6 +62,8 @@ struct uct_tcp_zwin {
     ucs_time_t                      tick;
     ucs_time_t                      next_sweep;
     ucs_array_t(uct_tcp_zwin_conns) conns;    /* the watched sockets */
+    ucs_array_t(uct_tcp_zwin_slots) slots;    /* by fd: 1 + its index in
+                                                 conns, or 0 */
     unsigned long                   kept;     /* times the option was
                                                  taken off */
     unsigned long                   restored; /* times it was put back */
@@ -213,6 +216,7 @@ ucs_status_t uct_tcp_zwin_create(ucs_async_context_t *async,
     zwin->async           = async;
     zwin->user_timeout_ms = user_timeout_ms;
     ucs_array_init_dynamic(&zwin->conns);
+    ucs_array_init_dynamic(&zwin->slots);
     ucs_strncpy_zero(zwin->name, name, sizeof(zwin->name));
 
     tick_ms = ucs_min(ucs_max(zwin->user_timeout_ms / 2.0,
@@ -249,18 +253,53 @@ void uct_tcp_zwin_destroy(uct_tcp_zwin_t *zwin)
     }
 
     ucs_array_cleanup_dynamic(&zwin->conns);
+    ucs_array_cleanup_dynamic(&zwin->slots);
     ucs_free(zwin);
+}
+
+/* The slot of @a fd (1 + its index in conns, or 0), NULL if the array of
+ * slots cannot hold it */
+static unsigned *uct_tcp_zwin_slot(uct_tcp_zwin_t *zwin, int fd, int grow)
+{
+    unsigned length = ucs_array_length(&zwin->slots);
+
+    if ((unsigned)fd >= length) {
+        if (!grow ||
+            (ucs_array_reserve(uct_tcp_zwin_slots, &zwin->slots,
+                               ucs_max(fd + 1, 2 * length)) != UCS_OK)) {
+            return NULL;
+        }
+
+        memset(ucs_array_begin(&zwin->slots) + length, 0,
+               (ucs_array_capacity(&zwin->slots) - length) *
+               sizeof(unsigned));
+        ucs_array_set_length(&zwin->slots, ucs_array_capacity(&zwin->slots));
+    }
+
+    return &ucs_array_elem(&zwin->slots, fd);
 }
 
 void uct_tcp_zwin_add(uct_tcp_zwin_t *zwin, int fd)
 {
     uct_tcp_zwin_conn_t *conn;
+    unsigned *slot;
+
+    if (fd < 0) {
+        return;
+    }
 
     UCS_ASYNC_BLOCK(zwin->async);
-    if (ucs_array_append(uct_tcp_zwin_conns, &zwin->conns) == UCS_OK) {
+    slot = uct_tcp_zwin_slot(zwin, fd, 1);
+    if ((slot != NULL) && (*slot != 0)) {
+        /* watched already: the caller has just set TCP_USER_TIMEOUT */
+        ucs_array_elem(&zwin->conns, *slot - 1).cleared = 0;
+    } else if ((slot != NULL) &&
+               (ucs_array_append(uct_tcp_zwin_conns, &zwin->conns) ==
+                UCS_OK)) {
         conn          = ucs_array_last(&zwin->conns);
         conn->fd      = fd;
         conn->cleared = 0;
+        *slot         = ucs_array_length(&zwin->conns);
     } else {
         /* the connection keeps the plain TCP_USER_TIMEOUT */
         ucs_diag("tcp %s fd %d: no memory to watch its window", zwin->name,
@@ -269,22 +308,26 @@ void uct_tcp_zwin_add(uct_tcp_zwin_t *zwin, int fd)
     UCS_ASYNC_UNBLOCK(zwin->async);
 }
 
+/* O(1): the last connection takes the place of the one removed */
 void uct_tcp_zwin_remove(uct_tcp_zwin_t *zwin, int fd)
 {
-    uct_tcp_zwin_conn_t *conn;
+    uct_tcp_zwin_conn_t *conn, *last;
+    unsigned *slot;
 
     if (fd < 0) {
         return;
     }
 
     UCS_ASYNC_BLOCK(zwin->async);
-    ucs_array_for_each(conn, &zwin->conns) {
-        if (conn->fd == fd) {
-            *conn = *ucs_array_last(&zwin->conns);
-            ucs_array_set_length(&zwin->conns,
-                                 ucs_array_length(&zwin->conns) - 1);
-            break;
-        }
+    slot = uct_tcp_zwin_slot(zwin, fd, 0);
+    if ((slot != NULL) && (*slot != 0)) {
+        conn  = &ucs_array_elem(&zwin->conns, *slot - 1);
+        last  = ucs_array_last(&zwin->conns);
+        *conn = *last;
+        *uct_tcp_zwin_slot(zwin, conn->fd, 0) = *slot;
+        *slot = 0;
+        ucs_array_set_length(&zwin->conns,
+                             ucs_array_length(&zwin->conns) - 1);
     }
     UCS_ASYNC_UNBLOCK(zwin->async);
 }

@@ -40,6 +40,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -2000,6 +2001,7 @@ static void linger(void)
 
 static int print_result(void)
 {
+    struct rusage usage;
     const char *status;
     uint64_t v = violations() + g.peer_violations;
     int api, rc;
@@ -2055,6 +2057,10 @@ static int print_result(void)
     }
     printf(" err_cb=%d op_errors=%" PRIu64 " hang=%d", g.err_cb, g.op_errors,
            g.hang);
+    if (getrusage(RUSAGE_SELF, &usage) == 0) {
+        /* the peak resident set, for memory bounds (kB) */
+        printf(" max_rss_kb=%ld", usage.ru_maxrss);
+    }
     if (g.err_cb) {
         printf(" err_status=\"%s\"", ucs_status_string(g.err_status));
     }

@@ -16,7 +16,13 @@
  * It prints each variant's median round trip / 2 over all iterations and
  * the median and quartiles of the ratios on / off of neighbouring batches.
  *
- * Usage: mr_lat [-v] [-p PORT] [-b BATCHES] [-k ITERS] [-s SIZE] [SERVER_IP]
+ * With -r WINDOW, the message rate instead: an iteration is WINDOW tagged
+ * messages from the client, all posted before any is waited for, and one
+ * reply from the server once it received them all; the figures are then
+ * the time per message (us) of each iteration, and its inverse the rate.
+ *
+ * Usage: mr_lat [-v] [-r WINDOW] [-p PORT] [-b BATCHES] [-k ITERS] [-s SIZE]
+ *        [SERVER_IP]
  *        (no SERVER_IP: the server; -v: both endpoints' lanes on stderr
  *        after the warm-up, with failover's state of the "on" one)
  */
@@ -47,6 +53,8 @@ static struct {
     int           batches;
     int           iters;
     size_t        size;
+    int           window;   /* message rate: messages per iteration */
+    void          **reqs;
 } g = {.port = 13400, .batches = 200, .iters = 1000, .size = 8};
 
 static void die(const char *what, ucs_status_t status)
@@ -220,6 +228,54 @@ static void ping_pong(int v, void *sbuf, void *rbuf)
     }
 }
 
+/* One iteration of the message rate on variant @a v: the client sends
+ * g.window messages, the server replies once it has them all */
+static void burst(int v, void *sbuf, void *rbuf)
+{
+    ucp_request_param_t param = {0};
+    void *rreq;
+    int i;
+
+    if (g.is_server) {
+        for (i = 0; i < g.window; ++i) {
+            g.reqs[i] = ucp_tag_recv_nbx(g.worker[v], rbuf, g.size,
+                                         MR_LAT_TAG, (ucp_tag_t)-1, &param);
+        }
+        for (i = 0; i < g.window; ++i) {
+            wait_req(v, g.reqs[i]);
+        }
+        wait_req(v, ucp_tag_send_nbx(g.ep[v], sbuf, g.size, MR_LAT_TAG,
+                                     &param));
+        return;
+    }
+
+    rreq = ucp_tag_recv_nbx(g.worker[v], rbuf, g.size, MR_LAT_TAG,
+                            (ucp_tag_t)-1, &param);
+    for (i = 0; i < g.window; ++i) {
+        g.reqs[i] = ucp_tag_send_nbx(g.ep[v], sbuf, g.size, MR_LAT_TAG,
+                                     &param);
+    }
+    for (i = 0; i < g.window; ++i) {
+        wait_req(v, g.reqs[i]);
+    }
+    wait_req(v, rreq);
+}
+
+/* One iteration: a ping-pong, or a burst with -r; its time in us (a round
+ * trip's half, or per message) */
+static double iteration(int v, void *sbuf, void *rbuf)
+{
+    double t = now_us();
+
+    if (g.window > 0) {
+        burst(v, sbuf, rbuf);
+        return (now_us() - t) / g.window;
+    }
+
+    ping_pong(v, sbuf, rbuf);
+    return (now_us() - t) / 2;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double*)a, y = *(const double*)b;
@@ -247,16 +303,18 @@ int main(int argc, char **argv)
     int b, i, c, v, n[2] = {0, 0};
     double t, prev_med = 0;
 
-    while ((c = getopt(argc, argv, "p:b:k:s:v")) != -1) {
+    while ((c = getopt(argc, argv, "p:b:k:s:r:v")) != -1) {
         switch (c) {
         case 'v': g.verbose = 1; break;
+        case 'r': g.window = atoi(optarg); break;
         case 'p': g.port = atoi(optarg); break;
         case 'b': g.batches = atoi(optarg); break;
         case 'k': g.iters = atoi(optarg); break;
         case 's': g.size = strtoul(optarg, NULL, 0); break;
         default:
-            fprintf(stderr, "usage: mr_lat [-v] [-p PORT] [-b BATCHES] "
-                            "[-k ITERS] [-s SIZE] [SERVER_IP]\n");
+            fprintf(stderr, "usage: mr_lat [-v] [-r WINDOW] [-p PORT] "
+                            "[-b BATCHES] [-k ITERS] [-s SIZE] "
+                            "[SERVER_IP]\n");
             return 2;
         }
     }
@@ -274,7 +332,9 @@ int main(int argc, char **argv)
     lat[1]    = calloc((size_t)g.batches * g.iters, sizeof(double));
     ratios    = calloc(g.batches, sizeof(double));
     batch_med = calloc(g.iters, sizeof(double));
-    if (!sbuf || !rbuf || !lat[0] || !lat[1] || !ratios || !batch_med) {
+    g.reqs    = calloc(g.window + 1, sizeof(void*));
+    if (!sbuf || !rbuf || !lat[0] || !lat[1] || !ratios || !batch_med ||
+        !g.reqs) {
         die("calloc", UCS_ERR_NO_MEMORY);
     }
 
@@ -286,8 +346,8 @@ int main(int argc, char **argv)
 
     /* warm-up: wireup completes, caches fill */
     for (v = 0; v < 2; ++v) {
-        for (i = 0; i < 1000; ++i) {
-            ping_pong(v, sbuf, rbuf);
+        for (i = 0; i < ((g.window > 0) ? 100 : 1000); ++i) {
+            iteration(v, sbuf, rbuf);
         }
     }
 
@@ -301,9 +361,7 @@ int main(int argc, char **argv)
     for (b = 0; b < g.batches; ++b) {
         v = batch_variant(b);
         for (i = 0; i < g.iters; ++i) {
-            t = now_us();
-            ping_pong(v, sbuf, rbuf);
-            batch_med[i] = (now_us() - t) / 2;
+            batch_med[i] = iteration(v, sbuf, rbuf);
             if (!g.is_server) {
                 lat[v][n[v]++] = batch_med[i];
             }
@@ -331,10 +389,10 @@ int main(int argc, char **argv)
         double on  = quantile(lat[1], n[1], 0.5);
         int pairs  = g.batches / 2;
 
-        printf("RESULT size=%zu batches=%d iters=%d off_us=%.4f on_us=%.4f "
-               "ratio=%.4f pair_ratio_median=%.4f pair_ratio_q1=%.4f "
-               "pair_ratio_q3=%.4f\n",
-               g.size, g.batches, g.iters, off, on, on / off,
+        printf("RESULT size=%zu window=%d batches=%d iters=%d off_us=%.4f "
+               "on_us=%.4f ratio=%.4f pair_ratio_median=%.4f "
+               "pair_ratio_q1=%.4f pair_ratio_q3=%.4f\n",
+               g.size, g.window, g.batches, g.iters, off, on, on / off,
                quantile(ratios, pairs, 0.5), quantile(ratios, pairs, 0.25),
                quantile(ratios, pairs, 0.75));
     }
@@ -360,6 +418,7 @@ int main(int argc, char **argv)
     }
 
     close(g.sock);
+    free(g.reqs);
     free(batch_med);
     free(ratios);
     free(lat[1]);

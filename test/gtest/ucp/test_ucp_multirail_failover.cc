@@ -14,6 +14,7 @@
 extern "C" {
 #include <ucp/core/ucp_context.h>
 #include <ucp/failover/ucp_failover.h>
+#include <ucp/failover/ucp_failover_pool.h>
 }
 
 
@@ -66,7 +67,8 @@ protected:
         static const std::vector<std::string> names = {
             "FAILOVER", "LINK_EVENTS", "PROBE_INTERVAL", "PROBE_TIMEOUT",
             "REPROBE_INTERVAL",
-            "REPROBE_MAX_INTERVAL", "REPROBE_MAX_ATTEMPTS", "RETAIN"
+            "REPROBE_MAX_INTERVAL", "REPROBE_MAX_ATTEMPTS", "RETAIN",
+            "RETAIN_WORKER"
         };
         return names;
     }
@@ -93,6 +95,7 @@ UCS_TEST_F(test_ucp_multirail_config, defaults) {
     EXPECT_NEAR(3.0, mr.reprobe_max_interval, 1e-9);
     EXPECT_EQ(UCS_ULUNITS_INF, mr.reprobe_max_attempts);
     EXPECT_EQ(1024u * 1024u, mr.retain);
+    EXPECT_EQ(256u * 1024u * 1024u, mr.retain_worker);
 }
 
 UCS_TEST_F(test_ucp_multirail_config, listed_with_docs) {
@@ -211,8 +214,120 @@ UCS_TEST_F(test_ucp_multirail_config, inconsistent_values) {
 
     ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_RETAIN", "inf"));
     EXPECT_UCS_OK(try_init(config.get()));
+
+    /* the worker's bound below the endpoint's, or "auto" */
+    ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_RETAIN", "4m"));
+    for (const char *value : {"1m", "auto"}) {
+        ASSERT_UCS_OK(ucp_config_modify(config.get(),
+                                        "MULTIRAIL_RETAIN_WORKER", value));
+        scoped_log_handler wrap_err(wrap_errors_logger);
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM, try_init(config.get())) << value;
+        EXPECT_TRUE(logged_error_contains("UCX_MULTIRAIL_RETAIN_WORKER"))
+                << value;
+    }
+
+    ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_RETAIN_WORKER",
+                                    "4m"));
+    EXPECT_UCS_OK(try_init(config.get()));
 }
 
+
+/*
+ * The worker's failover buffers (ucp_failover_pool.c): a buffer comes from
+ * the bucket its size needs and counts what the bucket holds; one too large
+ * for a bucket, or without a pool, is malloc'ed (counted in the pool if
+ * there is one); buffers put back are taken again (no growth); and a pool
+ * whose owner let go stays until its last buffer is back (a pool destroyed
+ * with a buffer out would warn of it, which fails the test).
+ */
+class test_ucp_failover_pool : public ucs::test {
+};
+
+UCS_TEST_F(test_ucp_failover_pool, buckets) {
+    static const struct {
+        size_t size, held;
+    } cases[] = {{1, 192},       {192, 192},     {193, 256},
+                 {256, 256},     {257, 384},     {1152, 1152},
+                 {1153, 2176},   {8320, 8320},   {8321, 16512},
+                 {16512, 16512}};
+    ucp_failover_pool_t *pool = ucp_failover_pool_create(NULL, SIZE_MAX);
+    std::vector<std::pair<void*, size_t> > bufs;
+    size_t total = 0, held;
+    void *buf;
+
+    ASSERT_TRUE(pool != NULL);
+    for (size_t i = 0; i < ucs_static_array_size(cases); ++i) {
+        buf = ucp_failover_pool_get(pool, cases[i].size, &held);
+        ASSERT_TRUE(buf != NULL);
+        EXPECT_EQ(cases[i].held, held) << "size " << cases[i].size;
+        memset(buf, 0xa5, cases[i].size);
+        total += held;
+        EXPECT_EQ(total, ucp_failover_pool_held(pool));
+        bufs.push_back(std::make_pair(buf, held));
+    }
+
+    /* too large for a bucket: a buffer of its own, counted too; without a
+     * pool: a buffer of its own */
+    buf = ucp_failover_pool_get(pool, 16513, &held);
+    ASSERT_TRUE(buf != NULL);
+    EXPECT_EQ(16513u, held);
+    EXPECT_EQ(total + 16513u, ucp_failover_pool_held(pool));
+    memset(buf, 0x5a, held);
+    ucp_failover_pool_put(buf, held);
+    EXPECT_EQ(total, ucp_failover_pool_held(pool));
+    buf = ucp_failover_pool_get(NULL, 100, &held);
+    ASSERT_TRUE(buf != NULL);
+    EXPECT_EQ(100u, held);
+    ucp_failover_pool_put(buf, held);
+
+    for (size_t i = 0; i < bufs.size(); ++i) {
+        total -= bufs[i].second;
+        ucp_failover_pool_put(bufs[i].first, bufs[i].second);
+        EXPECT_EQ(total, ucp_failover_pool_held(pool));
+    }
+    ucp_failover_pool_unref(pool);
+}
+
+UCS_TEST_F(test_ucp_failover_pool, reuse) {
+    ucp_failover_pool_t *pool = ucp_failover_pool_create(NULL, SIZE_MAX);
+    std::set<void*> seen;
+    size_t held;
+    void *buf;
+
+    ASSERT_TRUE(pool != NULL);
+    for (int i = 0; i < 1000; ++i) {
+        buf = ucp_failover_pool_get(pool, 4000, &held);
+        ASSERT_TRUE(buf != NULL);
+        seen.insert(buf);
+        ucp_failover_pool_put(buf, held);
+    }
+    EXPECT_EQ(1u, seen.size());
+    EXPECT_EQ(0u, ucp_failover_pool_held(pool));
+    ucp_failover_pool_unref(pool);
+}
+
+UCS_TEST_F(test_ucp_failover_pool, outlives_owner) {
+    ucp_failover_pool_t *pool = ucp_failover_pool_create(NULL, SIZE_MAX);
+    std::vector<std::pair<void*, size_t> > bufs;
+    size_t held;
+    void *buf;
+
+    ASSERT_TRUE(pool != NULL);
+    for (int i = 0; i < 64; ++i) {
+        buf = ucp_failover_pool_get(pool, 64 + (i * 97), &held);
+        ASSERT_TRUE(buf != NULL);
+        bufs.push_back(std::make_pair(buf, held));
+    }
+
+    /* a user's reference, then the owner's goes: buffers are still usable */
+    ucp_failover_pool_ref(pool);
+    ucp_failover_pool_unref(pool);
+    ucp_failover_pool_unref(pool);
+    for (size_t i = 0; i < bufs.size(); ++i) {
+        memset(bufs[i].first, 0x3c, 64);
+        ucp_failover_pool_put(bufs[i].first, bufs[i].second);
+    }
+}
 
 /*
  * TCP devices are listed in name order, whatever the readdir() order of
@@ -1157,6 +1272,66 @@ UCS_TEST_P(test_ucp_multirail_failover, request_waits_on_new_am_lane,
     }
 
     wait_peer_failed(receiver(), 1);
+    exchange(8, 4);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/*
+ * The worker's bound of retained messages (UCX_MULTIRAIL_RETAIN_WORKER) on
+ * its own (the endpoint's is off): while the receiver does not progress, the
+ * sender's retained buffers stop at the bound plus one message's buffer, the
+ * messages after that wait, and once the receiver progresses every message
+ * arrives, in order, none lost.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, retention_bounded_per_worker,
+           "MULTIRAIL_RETAIN=inf", "MULTIRAIL_RETAIN_WORKER=64k",
+           "RNDV_THRESH=inf")
+{
+    static const size_t bound = 64 * 1024;
+    static const size_t size  = 4000;  /* one bcopy fragment, an 4224-byte
+                                          buffer */
+    static const int count    = 64;    /* about 4 times the bound */
+    ucp_request_param_t param = {};
+    std::vector<std::vector<char> > sbufs, rbufs;
+    std::vector<void*> sreqs, rreqs;
+    int i, waiting = 0;
+    size_t held;
+
+    for (i = 0; i < count; ++i) {
+        sbufs.push_back(std::vector<char>(size, (char)(i * 7 + 3)));
+        rbufs.push_back(std::vector<char>(size, 0));
+        sreqs.push_back(ucp_tag_send_nbx(sender().ep(), sbufs.back().data(),
+                                         size, 0x5b0, &param));
+        ASSERT_FALSE(UCS_PTR_IS_ERR(sreqs.back()));
+    }
+
+    /* only the sender moves: what it retains is never acknowledged */
+    for (i = 0; i < 1000; ++i) {
+        sender().progress();
+    }
+
+    held = ucp_failover_worker_held(sender().worker());
+    for (i = 0; i < count; ++i) {
+        waiting += (sreqs[i] != NULL) &&
+                   (ucp_request_check_status(sreqs[i]) == UCS_INPROGRESS);
+    }
+    UCS_TEST_MESSAGE << held << " bytes retained, " << waiting
+                     << " message(s) waiting";
+    EXPECT_LE(held, bound + 8320);
+    EXPECT_GE(held, bound / 2) << "the retention did not fill";
+    EXPECT_GT(waiting, 0);
+
+    for (i = 0; i < count; ++i) {
+        rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(),
+                                         rbufs[i].data(), size, 0x5b0,
+                                         (ucp_tag_t)-1, &param));
+    }
+    ASSERT_UCS_OK(requests_wait(sreqs));
+    ASSERT_UCS_OK(requests_wait(rreqs));
+    for (i = 0; i < count; ++i) {
+        EXPECT_TRUE(sbufs[i] == rbufs[i]) << "message " << i;
+    }
+
     exchange(8, 4);
     EXPECT_EQ(0u, m_err_count);
 }

@@ -1,0 +1,198 @@
+/**
+ * Copyright (C) Multi-rail failover for UCX authors. 2026. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ *
+ * Buffers: the memory the failover module takes per message on the healthy
+ * path (retained copies of sequenced messages, trackers of rendezvous
+ * fragments) comes from a worker's pool of size buckets, so that a message
+ * costs no malloc/free and holds what its size needs.
+ *
+ * Bucket k holds buffers of up to (64 << k) + 128 bytes, k = 0..8: 192,
+ * 256, 384, 640, 1152, 2176, 4224, 8320 and 16512 bytes. The slack of 128
+ * bytes over a power of two lets a full fragment of the usual transports
+ * (max_bcopy 8 KiB less their header) with its trailer and the entry's own
+ * header fit the 8320-byte bucket instead of the next one. A larger buffer
+ * (a zero-copy message copied whole) is malloc'ed, and counted in the pool.
+ *
+ * Lifetime. The pool belongs to the worker's failover state, which is
+ * released before the worker's endpoints (ucp_worker_destroy), and a buffer
+ * can outlive its endpoint (a transport's zero-copy send still reads it). So
+ * the pool counts references: the worker's, each user's (a sequencing state)
+ * and each buffer handed out; the last one released destroys it.
+ *
+ * Not thread safe: used from the worker's progress and under its async lock,
+ * as the rest of the module.
+ */
+
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "ucp_failover_pool.h"
+
+#include <ucs/arch/bitops.h>
+#include <ucs/arch/cpu.h>
+#include <ucs/datastruct/mpool.h>
+#include <ucs/datastruct/mpool.inl>
+#include <ucs/debug/assert.h>
+#include <ucs/debug/log.h>
+#include <ucs/debug/memtrack_int.h>
+#include <ucs/sys/math.h>
+#include <ucs/sys/string.h>
+#include <ucs/sys/sys.h>
+
+#include <limits.h>
+
+
+static ucs_mpool_ops_t ucp_failover_pool_ops = {
+    .chunk_alloc   = ucs_mpool_chunk_malloc,
+    .chunk_release = ucs_mpool_chunk_free,
+    .obj_init      = NULL,
+    .obj_cleanup   = NULL,
+    .obj_str       = NULL
+};
+
+ucp_failover_pool_t *ucp_failover_pool_create(ucp_worker_h worker,
+                                              size_t limit)
+{
+    ucp_failover_pool_t *pool;
+    ucs_status_t status;
+    char name[32];
+    size_t size;
+    unsigned k;
+
+    pool = ucs_calloc(1, sizeof(*pool), "failover_pool");
+    if (pool == NULL) {
+        ucs_error("worker %p: no memory for the failover buffer pool",
+                  worker);
+        return NULL;
+    }
+
+    for (k = 0; k < UCP_FAILOVER_POOL_BUCKETS; ++k) {
+        size = ucp_failover_pool_bucket_size(k);
+        ucs_snprintf_zero(name, sizeof(name), "failover_buf_%zu", size);
+        /* chunks of about 32 KiB */
+        status = ucs_mpool_init(&pool->buckets[k], 0, size, 0,
+                                UCS_SYS_CACHE_LINE_SIZE,
+                                ucs_max(4, (32 * UCS_KBYTE) / size), UINT_MAX,
+                                &ucp_failover_pool_ops, name);
+        if (status != UCS_OK) {
+            ucs_error("worker %p: cannot create the failover buffer pool of "
+                      "%zu bytes: %s", worker, size,
+                      ucs_status_string(status));
+            goto err;
+        }
+    }
+
+    pool->refcount = 1;
+    pool->limit    = limit;
+    pool->half     = limit / 2;
+    ucs_list_head_init(&pool->waiters);
+    return pool;
+
+err:
+    while (k-- > 0) {
+        ucs_mpool_cleanup(&pool->buckets[k], 0);
+    }
+    ucs_free(pool);
+    return NULL;
+}
+
+/* The pool holds less than its limit: every waiter is called, in the order
+ * they came (a callback may make the pool wait again: a later put calls it) */
+void ucp_failover_pool_wake(ucp_failover_pool_t *pool)
+{
+    ucp_failover_pool_waiter_t *waiter;
+    UCS_LIST_HEAD(waking);
+
+    ucs_list_splice_tail(&waking, &pool->waiters);
+    ucs_list_head_init(&pool->waiters);
+    while (!ucs_list_is_empty(&waking)) {
+        waiter          = ucs_list_extract_head(&waking,
+                                                ucp_failover_pool_waiter_t,
+                                                list);
+        waiter->waiting = 0;
+        waiter->cb(waiter);
+    }
+}
+
+void ucp_failover_pool_destroy(ucp_failover_pool_t *pool)
+{
+    unsigned k;
+
+    ucs_assertv(pool->held == 0, "pool %p held %zu", pool, pool->held);
+    ucs_assert(ucs_list_is_empty(&pool->waiters));
+    for (k = 0; k < UCP_FAILOVER_POOL_BUCKETS; ++k) {
+        ucs_mpool_cleanup(&pool->buckets[k], 1);
+    }
+    ucs_free(pool);
+}
+
+/* A buffer of its own: too large for a bucket, or no pool. Its header names
+ * the pool it counts in, and looks like a pool element's that names no
+ * memory pool (how ucp_failover_pool_put tells them apart) */
+typedef struct {
+    ucp_failover_pool_t *pool; /* or NULL */
+    ucs_mpool_elem_t    elem;  /* elem.mpool == NULL */
+} ucp_failover_pool_big_t;
+
+void *ucp_failover_pool_get_slow(ucp_failover_pool_t *pool, size_t size,
+                                 size_t *held_p)
+{
+    ucp_failover_pool_big_t *big;
+
+    UCS_STATIC_ASSERT(sizeof(ucp_failover_pool_big_t) ==
+                      sizeof(ucp_failover_pool_t*) + sizeof(ucs_mpool_elem_t));
+    big = ucs_malloc(sizeof(*big) + size, "failover_buf");
+    if (big == NULL) {
+        return NULL;
+    }
+
+    big->pool       = pool;
+    big->elem.mpool = NULL;
+    *held_p         = size;
+    if (pool != NULL) {
+        pool->held += size;
+        ++pool->refcount;
+    }
+    return big + 1;
+}
+
+void ucp_failover_pool_put_slow(void *buf, size_t held)
+{
+    ucp_failover_pool_big_t *big = ucs_container_of(ucs_mpool_obj_to_elem(buf),
+                                                    ucp_failover_pool_big_t,
+                                                    elem);
+    ucp_failover_pool_t *pool    = big->pool;
+
+    ucs_free(big);
+    if (pool == NULL) {
+        return;
+    }
+
+    pool->held -= held;
+    if (!ucs_list_is_empty(&pool->waiters) && (pool->held < pool->limit)) {
+        ucp_failover_pool_wake(pool);
+    }
+    ucp_failover_pool_unref(pool);
+}
+
+void ucp_failover_pool_wait(ucp_failover_pool_t *pool,
+                            ucp_failover_pool_waiter_t *waiter)
+{
+    if ((pool == NULL) || waiter->waiting) {
+        return;
+    }
+
+    waiter->waiting = 1;
+    ucs_list_add_tail(&pool->waiters, &waiter->list);
+}
+
+void ucp_failover_pool_cancel(ucp_failover_pool_waiter_t *waiter)
+{
+    if (waiter->waiting) {
+        waiter->waiting = 0;
+        ucs_list_del(&waiter->list);
+    }
+}

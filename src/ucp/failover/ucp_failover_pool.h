@@ -1,0 +1,198 @@
+/**
+ * Copyright (C) Multi-rail failover for UCX authors. 2026. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ *
+ * The worker's buffers (ucp_failover_pool.c): what the failover module takes
+ * per message, from size buckets, with counted references. Taking and
+ * putting back a buffer is inline: it is on the path of every message.
+ */
+
+#ifndef UCP_FAILOVER_POOL_H_
+#define UCP_FAILOVER_POOL_H_
+
+#include <ucp/api/ucp_def.h>
+#include <ucs/arch/bitops.h>
+#include <ucs/datastruct/list.h>
+#include <ucs/datastruct/mpool.h>
+#include <ucs/datastruct/mpool.inl>
+#include <ucs/sys/compiler_def.h>
+#include <ucs/sys/math.h>
+
+#include <stddef.h>
+
+BEGIN_C_DECLS
+
+/* Bucket k holds buffers of up to (64 << k) + 128 bytes */
+#define UCP_FAILOVER_POOL_BUCKETS 9
+#define UCP_FAILOVER_POOL_MIN_LOG 6
+#define UCP_FAILOVER_POOL_SLACK   128
+
+
+/**
+ * A user that waits for the pool to hold less than its limit: @a cb is
+ * called (once) when it does, from the put that brings it there.
+ */
+typedef struct ucp_failover_pool_waiter {
+    ucs_list_link_t list;
+    int             waiting;
+    void            (*cb)(struct ucp_failover_pool_waiter *waiter);
+} ucp_failover_pool_waiter_t;
+
+
+typedef struct ucp_failover_pool {
+    size_t          held;     /* bytes of the buffers handed out */
+    size_t          limit;    /* held from which users wait (SIZE_MAX:
+                                 never) */
+    size_t          half;     /* limit / 2 */
+    unsigned        refcount; /* the owner's, users', and one per buffer */
+    ucs_list_link_t waiters;  /* ucp_failover_pool_waiter_t */
+    ucs_mpool_t     buckets[UCP_FAILOVER_POOL_BUCKETS];
+} ucp_failover_pool_t;
+
+
+/**
+ * Create the buffers of @a worker (which is named in errors only), with one
+ * reference: the worker's. Users that keep the pool take one of their own
+ * (ucp_failover_pool_ref); each buffer handed out holds one until it is put
+ * back. Users wait while it holds @a limit bytes or more
+ * (ucp_failover_pool_full). NULL: no memory (logged); users then malloc.
+ */
+ucp_failover_pool_t *ucp_failover_pool_create(ucp_worker_h worker,
+                                              size_t limit);
+void ucp_failover_pool_destroy(ucp_failover_pool_t *pool);
+void *ucp_failover_pool_get_slow(ucp_failover_pool_t *pool, size_t size,
+                                 size_t *held_p);
+void ucp_failover_pool_put_slow(void *buf, size_t held);
+void ucp_failover_pool_wake(ucp_failover_pool_t *pool);
+
+
+/** Wait for @a pool to hold less than its limit (no-op if waiting) */
+void ucp_failover_pool_wait(ucp_failover_pool_t *pool,
+                            ucp_failover_pool_waiter_t *waiter);
+
+
+/** Stop waiting (no-op if not waiting) */
+void ucp_failover_pool_cancel(ucp_failover_pool_waiter_t *waiter);
+
+
+/* The largest buffer of bucket @a k */
+static UCS_F_ALWAYS_INLINE size_t ucp_failover_pool_bucket_size(unsigned k)
+{
+    return ((size_t)1 << (UCP_FAILOVER_POOL_MIN_LOG + k)) +
+           UCP_FAILOVER_POOL_SLACK;
+}
+
+
+/* The bucket of a buffer of @a size bytes, or UCP_FAILOVER_POOL_BUCKETS if
+ * none is large enough (the bucket of a bucket's size is that bucket) */
+static UCS_F_ALWAYS_INLINE unsigned ucp_failover_pool_bucket(size_t size)
+{
+    unsigned k;
+
+    if (size <= ucp_failover_pool_bucket_size(0)) {
+        return 0;
+    }
+
+    /* the least k with (64 << k) >= size - 128 */
+    k = ucs_ilog2(size - UCP_FAILOVER_POOL_SLACK - 1) + 1 -
+        UCP_FAILOVER_POOL_MIN_LOG;
+    return ucs_min(k, UCP_FAILOVER_POOL_BUCKETS);
+}
+
+
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_pool_ref(ucp_failover_pool_t *pool)
+{
+    if (pool != NULL) {
+        ++pool->refcount;
+    }
+}
+
+
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_pool_unref(ucp_failover_pool_t *pool)
+{
+    if ((pool != NULL) && ucs_unlikely(--pool->refcount == 0)) {
+        ucp_failover_pool_destroy(pool);
+    }
+}
+
+
+/**
+ * A buffer of at least @a size bytes from @a pool, and in @a held_p the bytes
+ * it holds; NULL if there is no memory. One larger than the largest bucket,
+ * or any without a pool (@a pool NULL), is malloc'ed (and counted in the
+ * pool's). Put it back with ucp_failover_pool_put() and that same count.
+ */
+static UCS_F_ALWAYS_INLINE void *
+ucp_failover_pool_get(ucp_failover_pool_t *pool, size_t size, size_t *held_p)
+{
+    unsigned k = ucp_failover_pool_bucket(size);
+    void *buf;
+
+    if (ucs_likely((pool != NULL) && (k < UCP_FAILOVER_POOL_BUCKETS))) {
+        buf = ucs_mpool_get_inline(&pool->buckets[k]);
+        if (ucs_likely(buf != NULL)) {
+            *held_p     = ucp_failover_pool_bucket_size(k);
+            pool->held += *held_p;
+            ++pool->refcount;
+        }
+        return buf;
+    }
+
+    return ucp_failover_pool_get_slow(pool, size, held_p);
+}
+
+
+static UCS_F_ALWAYS_INLINE void ucp_failover_pool_put(void *buf, size_t held)
+{
+    ucs_mpool_elem_t *elem = ucs_mpool_obj_to_elem(buf);
+    ucp_failover_pool_t *pool;
+
+    if (ucs_unlikely(elem->mpool == NULL)) {
+        ucp_failover_pool_put_slow(buf, held);
+        return;
+    }
+
+    /* a pooled buffer holds its bucket's size: the bucket's index */
+    pool        = ucs_container_of(elem->mpool -
+                                   ucp_failover_pool_bucket(held),
+                                   ucp_failover_pool_t, buckets);
+    pool->held -= held;
+    ucs_mpool_put_inline(buf);
+    if (ucs_unlikely(!ucs_list_is_empty(&pool->waiters)) &&
+        (pool->held < pool->limit)) {
+        ucp_failover_pool_wake(pool);
+    }
+    ucp_failover_pool_unref(pool);
+}
+
+
+/** Bytes of the buffers of @a pool handed out now */
+static UCS_F_ALWAYS_INLINE size_t
+ucp_failover_pool_held(const ucp_failover_pool_t *pool)
+{
+    return (pool == NULL) ? 0 : pool->held;
+}
+
+
+/** Whether @a pool holds half its limit or more (users ask their peers to
+ *  acknowledge what they hold) */
+static UCS_F_ALWAYS_INLINE int
+ucp_failover_pool_half_full(const ucp_failover_pool_t *pool)
+{
+    return (pool != NULL) && (pool->held >= pool->half);
+}
+
+
+/** Whether @a pool holds its limit or more (users wait) */
+static UCS_F_ALWAYS_INLINE int
+ucp_failover_pool_full(const ucp_failover_pool_t *pool)
+{
+    return (pool != NULL) && ucs_unlikely(pool->held >= pool->limit);
+}
+
+END_C_DECLS
+
+#endif

@@ -1,0 +1,332 @@
+/**
+ * Copyright (C) Multi-rail failover for UCX authors. 2026. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ *
+ * The sequencing module's own types and helpers, shared by its three files:
+ * ucp_failover_seq_send.c (the sender: retention, sending, the sequencing
+ * endpoint), ucp_failover_seq_recv.c (the receiver: delivery in order,
+ * holding back, acknowledgements) and ucp_failover_seq.c (installing the
+ * sequencing endpoints, the am lane moving, information). Imports go one
+ * way: seq.c uses both sides, the receiver uses the sender.
+ */
+
+#ifndef UCP_FAILOVER_SEQ_INT_H_
+#define UCP_FAILOVER_SEQ_INT_H_
+
+#include "ucp_failover_int.h"
+
+#include <ucp/core/ucp_proxy_ep.h>
+#include <ucs/datastruct/queue.h>
+
+
+/* Send an acknowledgement alone after this many messages, or bytes */
+#define UCP_FAILOVER_SEQ_ACK_MSGS  32
+#define UCP_FAILOVER_SEQ_ACK_BYTES (64 * UCS_KBYTE)
+
+enum {
+    UCP_FAILOVER_SEQ_FLAG_ACK_ONLY = UCS_BIT(0), /* no message, an ack */
+    UCP_FAILOVER_SEQ_FLAG_ACK_REQ  = UCS_BIT(1), /* acknowledge at once */
+    UCP_FAILOVER_SEQ_FLAG_RESEND   = UCS_BIT(2)  /* with ACK_ONLY: send the
+                                                    stream again after the
+                                                    ack (the receiver could
+                                                    not hold one back) */
+};
+
+
+/* Streams: 0 is the am lane's ordered stream, 1 + lane a data stream */
+#define UCP_FAILOVER_SEQ_STREAMS   (UCP_MAX_LANES + 1)
+
+
+/* The trailer of a sequenced message (at its end, so the data keeps its
+ * place and receive descriptors work as without it) */
+typedef struct {
+    uint64_t ep_id;  /* the receiver's endpoint id */
+    uint32_t sn;     /* sequence number in the stream, from 1; 0 with
+                        ACK_ONLY */
+    uint32_t ack;    /* the sender delivered the receiver's messages up to
+                        this one: of stream 0, or with ACK_ONLY of 'stream' */
+    uint8_t  am_id;  /* the message's own active message id */
+    uint8_t  flags;  /* UCP_FAILOVER_SEQ_FLAG_* */
+    uint8_t  stream; /* the stream of sn, and of ack with ACK_ONLY */
+} UCS_S_PACKED ucp_failover_seq_hdr_t;
+
+
+#define UCP_FAILOVER_SEQ_HDR_LEN sizeof(ucp_failover_seq_hdr_t)
+
+
+/* A retained message */
+typedef struct ucp_failover_seq_entry {
+    ucs_queue_elem_t   queue;
+    uct_completion_t   comp;     /* zero-copy sends of it in flight */
+    ucp_failover_seq_t *seq;     /* NULL: the endpoint is gone */
+    uint32_t           sn;
+    uint32_t           length;   /* bytes in data[], trailer included */
+    uint32_t           held;     /* bytes of its buffer (the retention
+                                    counts these) */
+    uint8_t            acked;
+    uint8_t            data[];
+} ucp_failover_seq_entry_t;
+
+
+/* A message that arrived early */
+typedef struct {
+    ucs_list_link_t list;
+    uint32_t        sn;
+    uint8_t         am_id;
+    uint8_t         flags;  /* of its trailer */
+    size_t          length;
+    uint8_t         data[];
+} ucp_failover_seq_held_t;
+
+
+/* One direction's stream pair: what this side sends in stream 'id', and
+ * what it receives in the peer's stream 'id' */
+typedef struct ucp_failover_seq_stream {
+    uint8_t                      id;
+    /* send side */
+    struct ucp_failover_seq_ep   *seq_ep;      /* the wrapper that sends it;
+                                                  NULL: a data stream whose
+                                                  lane is gone (the am lane's
+                                                  wrapper sends its backlog) */
+    uint32_t                     tx_next;      /* number of the next message */
+    ucs_queue_head_t             retained;     /* not acknowledged, in order */
+    struct ucp_failover_seq_entry *unsent;     /* first one not handed to the
+                                                  transport, or NULL */
+    size_t                       retained_bytes; /* held by 'retained' */
+    uint32_t                     tx_acked;     /* highest ack received */
+    int                          ack_asked;    /* a message asked for an
+                                                  ack (ACK_REQ) that has not
+                                                  come yet */
+    size_t                       retained_max; /* high-water mark, bytes */
+    uint64_t                     tx_msgs;
+    uint64_t                     tx_resent;
+    uint32_t                     window_stalls;
+    unsigned                     orphaned;     /* fragments to send again
+                                                  since its lane went, not
+                                                  logged yet */
+    /* receive side */
+    uint32_t                     rx_next;      /* number expected next */
+    uint32_t                     rx_ack_sent;  /* last acknowledged */
+    int                          ack_again;    /* the am lane moved: the last
+                                                  acknowledgement may be
+                                                  lost */
+    int                          resend_owed;  /* a RESEND to send (an early
+                                                  message was not held) */
+    size_t                       rx_unacked_bytes;
+    ucs_list_link_t              held;         /* arrived early, by number */
+    uint64_t                     rx_msgs;
+    uint64_t                     rx_dups;
+    uint64_t                     rx_held;
+    uint64_t                     acks_sent;
+    uint64_t                     acks_unsent;  /* ack-only messages the am
+                                                  lane did not take */
+    ucs_status_t                 ack_status;   /* of the last one not taken */
+} ucp_failover_seq_stream_t;
+
+
+/* The sequencing endpoint that wraps a lane's transport endpoint: the am
+ * lane's (stream 0), or a data lane's (its data stream) */
+typedef struct ucp_failover_seq_ep {
+    ucp_proxy_ep_t     super;
+    ucp_failover_seq_t *seq;
+    ucp_failover_seq_stream_t *stream;
+    ucs_queue_head_t   pending;       /* requests waiting for the window */
+    uct_pending_req_t  resume;        /* on the transport endpoint: send the
+                                         backlog when it has resources */
+    int                resume_queued;
+    uct_ep_h           resume_ep;     /* the transport endpoint whose queue
+                                         holds 'resume' */
+    int                window_full;
+    /* waits for the worker's bound (ucp_failover_seq_worker_full) */
+    ucp_failover_pool_waiter_t pool_waiter;
+    int                dispatching;   /* running requests of 'pending' */
+    uct_worker_cb_id_t dispatch_id;
+    ucp_worker_h       worker;
+    unsigned           busy;          /* depth of its own code on the stack */
+    int                dead;          /* unwrapped while busy: freed later */
+    int                failing;       /* the transport failed in our own
+                                         call: its failover runs from
+                                         progress */
+    /* the transport's limits, trailer included, and the retention bound */
+    size_t             max_short;
+    size_t             max_bcopy;
+    size_t             retain;
+    size_t             retain_half;   /* ask for an acknowledgement from
+                                         here on */
+} ucp_failover_seq_ep_t;
+
+
+/* Per-endpoint sequencing state */
+struct ucp_failover_seq {
+    ucp_ep_h                  ep;
+    ucp_failover_seq_ep_t     *seq_ep;     /* on the am lane, or NULL */
+    ucp_failover_seq_stream_t main;        /* stream 0 */
+    /* by id: &main, then the data streams used so far */
+    ucp_failover_seq_stream_t *streams[UCP_FAILOVER_SEQ_STREAMS];
+    ucp_failover_pool_t       *pool;       /* the worker's buffers, or
+                                              NULL: malloc'ed */
+    size_t                    retain;      /* UCX_MULTIRAIL_RETAIN */
+    size_t                    retained_bytes; /* of all streams: the bound
+                                                 of the retention */
+    int                       window_full; /* a wrapper waits for room */
+    uint64_t                  am_ids;      /* ids a message may carry: a
+                                              handler of the context's
+                                              features, not failover's */
+};
+
+
+/* ---------------------------------------------------------------------------
+ * Helpers
+ */
+
+static UCS_F_ALWAYS_INLINE uint32_t
+ucp_failover_seq_rx_delivered(const ucp_failover_seq_stream_t *st)
+{
+    return st->rx_next - 1;
+}
+
+static UCS_F_ALWAYS_INLINE int
+ucp_failover_seq_ack_owed(const ucp_failover_seq_stream_t *st)
+{
+    return (st->rx_ack_sent != ucp_failover_seq_rx_delivered(st)) ||
+           st->ack_again;
+}
+
+/* The first retained message of @a st (to send again), or NULL */
+static UCS_F_ALWAYS_INLINE struct ucp_failover_seq_entry *
+ucp_failover_seq_first_retained(ucp_failover_seq_stream_t *st)
+{
+    return ucs_queue_is_empty(&st->retained) ? NULL :
+           ucs_queue_head_elem_non_empty(&st->retained,
+                                         struct ucp_failover_seq_entry, queue);
+}
+
+static UCS_F_ALWAYS_INLINE uct_ep_h
+ucp_failover_seq_tl_ep(ucp_failover_seq_ep_t *seq_ep)
+{
+    return seq_ep->super.uct_ep;
+}
+
+/* The entry after @a entry in its stream's retention, or NULL */
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_entry_t *
+ucp_failover_seq_next(ucp_failover_seq_stream_t *st,
+                      ucp_failover_seq_entry_t *entry)
+{
+    return (st->retained.ptail == &entry->queue.next) ?
+           NULL :
+           ucs_container_of(entry->queue.next, ucp_failover_seq_entry_t,
+                            queue);
+}
+
+/* Whether @a st is a data stream whose lane is gone: the am lane's wrapper
+ * sends its backlog */
+static UCS_F_ALWAYS_INLINE int
+ucp_failover_seq_orphan(const ucp_failover_seq_stream_t *st)
+{
+    return (st != NULL) && (st->id != 0) && (st->seq_ep == NULL);
+}
+
+
+/* ---------------------------------------------------------------------------
+ * The sender (ucp_failover_seq_send.c)
+ */
+
+/** Stream @a id of the endpoint's state, created on first use (NULL: no
+ *  memory) */
+ucp_failover_seq_stream_t *
+ucp_failover_seq_stream_get(ucp_failover_seq_t *seq, uint8_t id);
+
+
+/** The active message ids a sequenced message may be delivered to */
+uint64_t ucp_failover_seq_am_ids(ucp_context_h context);
+
+
+/** Release what an acknowledgement covers (see ucp_failover_seq_release) */
+void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
+                                   ucp_failover_seq_stream_t *st,
+                                   uint32_t ack);
+
+
+/** Whether the wrapper has messages retained but not sent yet */
+int ucp_failover_seq_has_backlog(ucp_failover_seq_ep_t *seq_ep);
+
+
+/** Send the wrapper's backlog and run its waiting requests */
+void ucp_failover_seq_kick(ucp_failover_seq_ep_t *seq_ep);
+
+
+/** The same from the worker's progress */
+void ucp_failover_seq_dispatch_schedule(ucp_failover_seq_ep_t *seq_ep);
+
+
+/** Free a dead wrapper, from progress if it is in one of its own calls */
+void ucp_failover_seq_ep_free_dead(ucp_failover_seq_ep_t *seq_ep);
+
+
+/** The limits of the transport endpoint of @a lane, as the wrapper sends */
+void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
+                                ucp_lane_index_t lane);
+
+
+/** The wrapper stops sending its stream (destroyed, or unwrapped while
+ *  busy) */
+void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep);
+
+
+/** What a purge of a transport endpoint's pending queue that a wrapper
+ *  (@a seq_ep) sends through takes to @a cb, but the wrappers' own resume
+ *  requests (ucp_failover_seq_purge_filter) */
+typedef struct {
+    ucp_failover_seq_ep_t        *seq_ep;
+    uct_pending_purge_callback_t cb;
+    void                         *arg;
+} ucp_failover_seq_purge_arg_t;
+
+
+void ucp_failover_seq_purge_filter(uct_pending_req_t *req, void *arg);
+
+
+/** Create a wrapper of @a tl_ep, the transport endpoint of @a lane, to send
+ *  stream @a st */
+ucs_status_t ucp_failover_seq_ep_create(ucp_ep_h ep, uct_ep_h tl_ep,
+                                        ucp_failover_seq_t *seq,
+                                        ucp_failover_seq_stream_t *st,
+                                        ucp_lane_index_t lane,
+                                        uct_ep_t **ep_p);
+
+
+/* Put a retained entry's buffer back to the worker's pool */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_entry_free(ucp_failover_seq_entry_t *entry)
+{
+    ucp_failover_pool_put(entry, entry->held);
+}
+
+
+/*
+ * The peer delivered our messages of @a st up to @a ack: release them. An
+ * acknowledgement not newer than the last one releases nothing: what it
+ * covers was released then (the peer never acknowledges past tx_next - 1),
+ * and the window stays as it is (window_full implies retained_bytes >=
+ * retain, which only a release lowers).
+ */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_release(ucp_failover_seq_t *seq,
+                         ucp_failover_seq_stream_t *st, uint32_t ack)
+{
+    if ((int32_t)(ack - st->tx_acked) > 0) {
+        ucp_failover_seq_release_upto(seq, st, ack);
+    }
+}
+
+
+/* ---------------------------------------------------------------------------
+ * The receiver (ucp_failover_seq_recv.c)
+ */
+
+/** Send an acknowledgement of stream @a st alone */
+ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq,
+                                       ucp_failover_seq_stream_t *st);
+
+#endif

@@ -1,0 +1,454 @@
+/**
+ * Copyright (C) Multi-rail failover for UCX authors. 2026. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ *
+ * Sequencing, the receiver: a sequenced message is delivered to its own
+ * handler if it is the next of its stream, dropped if it was delivered
+ * already, held back if it came early; acknowledgements ride on the
+ * messages of the other direction or go alone. The overview is in
+ * ucp_failover_seq.c.
+ */
+
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "ucp_failover_seq_int.h"
+
+#include <ucp/core/ucp_ep.h>
+#include <ucp/core/ucp_ep.inl>
+#include <ucp/core/ucp_proxy_ep.h>
+#include <ucp/core/ucp_request.h>
+#include <ucp/core/ucp_request.inl>
+#include <ucp/core/ucp_worker.h>
+#include <ucp/core/ucp_worker.inl>
+#include <ucp/wireup/wireup_ep.h>
+#include <uct/base/uct_iface.h>
+#include <uct/base/uct_iov.inl>
+#include <ucs/datastruct/string_buffer.h>
+#include <ucs/debug/log.h>
+
+
+static ucs_status_t
+ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
+                                ucp_failover_seq_stream_t *st, uint8_t flags)
+{
+    ucp_ep_h ep = seq->ep;
+    ucp_failover_seq_hdr_t hdr;
+    ucp_lane_index_t am_lane;
+    ucs_status_t status;
+    uct_ep_h uct_ep;
+
+    am_lane = ucp_ep_get_am_lane(ep);
+    if (!(ep->flags & UCP_EP_FLAG_REMOTE_ID) || (am_lane == UCP_NULL_LANE) ||
+        (ep->flags & UCP_EP_FLAG_FAILED)) {
+        return UCS_ERR_NOT_CONNECTED;
+    }
+
+    uct_ep = ep->uct_eps[am_lane];
+    if (ucp_failover_seq_ep_test(uct_ep)) {
+        uct_ep = ucp_failover_seq_tl_ep(ucs_derived_of(uct_ep,
+                                                       ucp_failover_seq_ep_t));
+    } else if ((uct_ep == NULL) || (uct_ep == &ucp_failed_tl_ep) ||
+               ucp_wireup_ep_test(uct_ep)) {
+        return UCS_ERR_NOT_CONNECTED;
+    }
+
+    hdr.ep_id  = ucp_ep_remote_id(ep);
+    hdr.sn     = 0;
+    hdr.ack    = ucp_failover_seq_rx_delivered(st);
+    hdr.am_id  = 0;
+    hdr.flags  = UCP_FAILOVER_SEQ_FLAG_ACK_ONLY | flags;
+    hdr.stream = st->id;
+    status     = uct_ep_am_short(uct_ep, UCP_AM_ID_FAILOVER_SEQ, hdr.ep_id,
+                                 UCS_PTR_BYTE_OFFSET(&hdr, sizeof(hdr.ep_id)),
+                                 sizeof(hdr) - sizeof(hdr.ep_id));
+    if (status == UCS_OK) {
+        st->rx_ack_sent      = hdr.ack;
+        st->rx_unacked_bytes = 0;
+        st->ack_again        = 0;
+        ++st->acks_sent;
+    } else {
+        ++st->acks_unsent;
+        st->ack_status = status;
+    }
+
+    return status;
+}
+
+ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq,
+                                       ucp_failover_seq_stream_t *st)
+{
+    return ucp_failover_seq_send_ack_flags(seq, st, 0);
+}
+
+/* Ask the sender for stream @a st again after what was delivered; until the
+ * request is sent, each probe round tries again */
+static void ucp_failover_seq_ask_resend(ucp_failover_seq_t *seq,
+                                         ucp_failover_seq_stream_t *st)
+{
+    if (ucp_failover_seq_send_ack_flags(seq, st,
+                                        UCP_FAILOVER_SEQ_FLAG_RESEND) ==
+        UCS_OK) {
+        st->resend_owed = 0;
+    }
+}
+
+/* The receiver asks for stream @a st again after what it acknowledged: every
+ * message retained goes again, from progress (duplicates are dropped) */
+static void ucp_failover_seq_peer_asks_resend(ucp_failover_seq_t *seq,
+                                           ucp_failover_seq_stream_t *st)
+{
+    ucp_failover_seq_ep_t *seq_ep = (st->seq_ep != NULL) ? st->seq_ep :
+                                    seq->seq_ep;
+
+    st->unsent = ucp_failover_seq_first_retained(st);
+    if (st->unsent == NULL) {
+        return;
+    }
+
+    st->tx_resent += ucs_queue_length(&st->retained);
+    ucs_diag("ep %p: the peer asks for stream %u again from message %u",
+             seq->ep, st->id, st->unsent->sn);
+    if ((seq_ep != NULL) && !seq_ep->dead) {
+        ucp_failover_seq_dispatch_schedule(seq_ep);
+    }
+}
+
+void ucp_failover_seq_round(ucp_ep_h ep)
+{
+    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+    ucp_failover_seq_stream_t *st;
+    uint8_t id;
+
+    if (seq == NULL) {
+        return;
+    }
+
+    /* acknowledgements not sent yet, and backlogs that wait for a lane */
+    for (id = 0; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        st = seq->streams[id];
+        if (st == NULL) {
+            continue;
+        }
+
+        if (ucs_unlikely(st->resend_owed)) {
+            ucp_failover_seq_ask_resend(seq, st);
+        } else if (ucp_failover_seq_ack_owed(st)) {
+            ucp_failover_seq_send_ack(seq, st);
+        }
+
+        if ((st->seq_ep != NULL) && !st->seq_ep->dead &&
+            (ucp_failover_seq_has_backlog(st->seq_ep) ||
+             !ucs_queue_is_empty(&st->seq_ep->pending))) {
+            ucp_failover_seq_kick(st->seq_ep);
+        }
+    }
+}
+
+/* Hand a message to its own handler, if @a am_ids has its id */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_deliver(ucp_worker_h worker, uint64_t am_ids, uint8_t id,
+                         void *data, size_t length, unsigned flags)
+{
+    if (ucs_unlikely((id >= 64) || !(am_ids & UCS_BIT(id)))) {
+        ucs_diag("worker %p: dropping sequenced message with id %d", worker,
+                 id);
+        return UCS_OK;
+    }
+
+    return ucp_am_handlers[id]->cb(worker, data, length, flags);
+}
+
+/*
+ * Hold back a message that arrived early, in order of numbers. Early
+ * messages come in increasing order but for the odd one sent again, so the
+ * place is searched from the newest. Without memory to hold it, the sender
+ * is asked to send the stream again from the gap (nothing is dropped for
+ * good: the sender retains everything not acknowledged).
+ */
+static void ucp_failover_seq_hold(ucp_failover_seq_t *seq,
+                                  ucp_failover_seq_stream_t *st,
+                                  const ucp_failover_seq_hdr_t *hdr,
+                                  const void *data, size_t length)
+{
+    ucs_list_link_t *after;
+    ucp_failover_seq_held_t *held, *pos;
+
+    for (after = st->held.prev; after != &st->held; after = after->prev) {
+        pos = ucs_container_of(after, ucp_failover_seq_held_t, list);
+        if (pos->sn == hdr->sn) {
+            ++st->rx_dups; /* held already */
+            return;
+        } else if ((int32_t)(pos->sn - hdr->sn) < 0) {
+            break;
+        }
+    }
+
+    held = ucs_malloc(sizeof(*held) + length, "failover_seq_held");
+    if (held == NULL) {
+        ucs_diag("ep %p: no memory to hold back message %u:%u, asking for "
+                 "the stream again from %u", seq->ep, st->id, hdr->sn,
+                 st->rx_next);
+        st->resend_owed = 1;
+        ucp_failover_seq_ask_resend(seq, st);
+        return;
+    }
+
+    held->sn     = hdr->sn;
+    held->am_id  = hdr->am_id;
+    held->flags  = hdr->flags;
+    held->length = length;
+    memcpy(held->data, data, length);
+    ++st->rx_held;
+    ucs_list_insert_after(after, &held->list);
+}
+
+/* Deliver the held messages now in order; returns whether one asked for an
+ * acknowledgement */
+static int ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq,
+                                         ucp_failover_seq_stream_t *st)
+{
+    ucp_worker_h worker = seq->ep->worker;
+    int ack_req         = 0;
+    ucp_failover_seq_held_t *held;
+    ucs_status_t status;
+
+    while (!ucs_list_is_empty(&st->held)) {
+        held = ucs_list_head(&st->held, ucp_failover_seq_held_t, list);
+        if (held->sn != st->rx_next) {
+            break;
+        }
+
+        ucs_list_del(&held->list);
+        ++st->rx_next;
+        ++st->rx_msgs;
+        st->rx_unacked_bytes += held->length;
+        status = ucp_failover_seq_deliver(worker, seq->am_ids, held->am_id,
+                                          held->data, held->length, 0);
+        ucs_assert(status != UCS_INPROGRESS);
+        ack_req |= !!(held->flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ);
+        ucs_free(held);
+    }
+
+    return ack_req;
+}
+
+/* Deliver @a hdr's message, the next of @a st, and those held back behind
+ * it; whether an acknowledgement is owed now (asked for, or a batch is
+ * full) */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_deliver_next(ucp_worker_h worker, ucp_failover_seq_t *seq,
+                              ucp_failover_seq_stream_t *st,
+                              const ucp_failover_seq_hdr_t *hdr, void *data,
+                              size_t length, unsigned flags, int *ack_owed_p)
+{
+    int ack_req = hdr->flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
+    ucs_status_t status;
+
+    ++st->rx_next;
+    ++st->rx_msgs;
+    st->rx_unacked_bytes += length;
+    status = ucp_failover_seq_deliver(worker, seq->am_ids, hdr->am_id, data,
+                                      length, flags);
+    if (ucs_unlikely(!ucs_list_is_empty(&st->held))) {
+        ack_req |= ucp_failover_seq_deliver_held(seq, st);
+    }
+
+    *ack_owed_p = ack_req ||
+                  ((ucp_failover_seq_rx_delivered(st) - st->rx_ack_sent) >=
+                   UCP_FAILOVER_SEQ_ACK_MSGS) ||
+                  (st->rx_unacked_bytes >= UCP_FAILOVER_SEQ_ACK_BYTES);
+    return status;
+}
+
+static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
+                                        size_t length, unsigned flags,
+                                        ucp_failover_seq_t **seq_p,
+                                        ucp_failover_seq_stream_t **st_p)
+{
+    ucp_failover_seq_hdr_t hdr;
+    ucp_failover_seq_stream_t *st;
+    ucp_failover_seq_t *seq;
+    ucs_status_t status;
+    ucp_ep_h ep;
+    int32_t diff;
+    int ack_owed;
+
+    *st_p = NULL;
+    if (length < UCP_FAILOVER_SEQ_HDR_LEN) {
+        ucs_diag("worker %p: ignoring sequenced message of %zu bytes", worker,
+                 length);
+        return UCS_OK;
+    }
+
+    length -= UCP_FAILOVER_SEQ_HDR_LEN;
+    memcpy(&hdr, UCS_PTR_BYTE_OFFSET(data, length), sizeof(hdr));
+    if ((hdr.ep_id == UCS_PTR_MAP_KEY_INVALID) ||
+        (ucp_worker_get_ep_by_id(worker, hdr.ep_id, &ep) != UCS_OK)) {
+        /* the endpoint is gone: a sequenced message can be one sent again
+         * after a failover, which it may have delivered already */
+        if (!(hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY)) {
+            ucs_diag("worker %p: dropping sequenced message %u:%u (id %d) "
+                     "for endpoint 0x%" PRIx64 ", which is gone", worker,
+                     hdr.stream, hdr.sn, hdr.am_id, hdr.ep_id);
+        }
+        return UCS_OK;
+    }
+
+    if (hdr.stream >= UCP_FAILOVER_SEQ_STREAMS) {
+        ucs_diag("ep %p: dropping sequenced message %u of unknown stream %u",
+                 ep, hdr.sn, hdr.stream);
+        return UCS_OK;
+    }
+
+    seq = ucp_failover_seq_get(ep);
+    st  = (seq == NULL) ? NULL : ucp_failover_seq_stream_get(seq, hdr.stream);
+    if (st == NULL) {
+        /* no memory (logged): delivered as it comes */
+        return (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) ?
+               UCS_OK :
+               ucp_failover_seq_deliver(worker,
+                                        ucp_failover_seq_am_ids(
+                                                worker->context),
+                                        hdr.am_id, data, length, flags);
+    }
+
+    *seq_p = seq;
+
+    if (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) {
+        ucp_failover_seq_release(seq, st, hdr.ack);
+        if (ucs_unlikely(hdr.flags & UCP_FAILOVER_SEQ_FLAG_RESEND)) {
+            ucp_failover_seq_peer_asks_resend(seq, st);
+        }
+        return UCS_OK;
+    }
+
+    /* a message of any stream acknowledges stream 0 */
+    ucp_failover_seq_release(seq, &seq->main, hdr.ack);
+
+    diff = (int32_t)(hdr.sn - st->rx_next);
+    if (diff < 0) {
+        /* delivered already (sent again after a failover) */
+        ++st->rx_dups;
+        *st_p = st;
+        return UCS_OK;
+    } else if (diff > 0) {
+        ucp_failover_seq_hold(seq, st, &hdr, data, length);
+        return UCS_OK;
+    }
+
+    status = ucp_failover_seq_deliver_next(worker, seq, st, &hdr, data, length,
+                                           flags, &ack_owed);
+    if (ack_owed) {
+        *st_p = st;
+    }
+
+    return status;
+}
+
+/* Slow path of a sequenced message: duplicates, early ones, held ones to
+ * deliver after it, data streams, acknowledgements alone, unknown
+ * endpoints */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_handler_slow(ucp_worker_h worker, void *data, size_t length,
+                              unsigned flags)
+{
+    ucp_failover_seq_stream_t *st;
+    ucp_failover_seq_t *seq;
+    ucs_status_t status;
+
+    status = ucp_failover_seq_rx(worker, data, length, flags, &seq, &st);
+    if (st != NULL) {
+        /* a batch, a request, or a duplicate (the sender's acks were lost) */
+        ucp_failover_seq_send_ack(seq, st);
+    }
+
+    return status;
+}
+
+/*
+ * A sequenced message. The usual one, the next message of stream 0 of a
+ * known endpoint, is delivered here; anything else takes the slow path
+ * (ucp_failover_seq_rx), which handles it in full.
+ */
+static ucs_status_t
+ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
+{
+    ucp_worker_h worker = arg;
+    ucp_failover_seq_hdr_t hdr;
+    ucp_failover_seq_stream_t *st;
+    ucp_failover_seq_t *seq;
+    ucs_status_t status;
+    ucp_ep_h ep;
+    int ack_owed;
+
+    if (ucs_unlikely(length < UCP_FAILOVER_SEQ_HDR_LEN)) {
+        goto slow;
+    }
+
+    memcpy(&hdr, UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN),
+           sizeof(hdr));
+    if (ucs_unlikely((hdr.stream != 0) ||
+                     (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) ||
+                     (hdr.ep_id == UCS_PTR_MAP_KEY_INVALID)) ||
+        ucs_unlikely(ucp_worker_get_ep_by_id(worker, hdr.ep_id, &ep) !=
+                     UCS_OK)) {
+        goto slow;
+    }
+
+    seq = ucp_failover_ep(ep)->seq;
+    if (ucs_unlikely((seq == NULL) || (hdr.sn != seq->main.rx_next))) {
+        goto slow;
+    }
+
+    st = &seq->main;
+    ucp_failover_seq_release(seq, st, hdr.ack);
+    status = ucp_failover_seq_deliver_next(worker, seq, st, &hdr, data,
+                                           length - UCP_FAILOVER_SEQ_HDR_LEN,
+                                           flags, &ack_owed);
+    if (ucs_unlikely(ack_owed)) {
+        ucp_failover_seq_send_ack(seq, st);
+    }
+
+    return status;
+
+slow:
+    return ucp_failover_seq_handler_slow(worker, data, length, flags);
+}
+
+static void ucp_failover_seq_dump(ucp_worker_h worker,
+                                  uct_am_trace_type_t type, uint8_t id,
+                                  const void *data, size_t length,
+                                  char *buffer, size_t max)
+{
+    ucp_failover_seq_hdr_t hdr;
+
+    if (length < sizeof(hdr)) {
+        snprintf(buffer, max, "FAILOVER_SEQ (%zu bytes)", length);
+        return;
+    }
+
+    memcpy(&hdr, UCS_PTR_BYTE_OFFSET(data, length - sizeof(hdr)), sizeof(hdr));
+    snprintf(buffer, max, "FAILOVER_SEQ ep 0x%" PRIx64 " stream %u sn %u ack "
+             "%u id %d flags 0x%x", hdr.ep_id, hdr.stream, hdr.sn, hdr.ack,
+             hdr.am_id, hdr.flags);
+}
+
+UCP_DEFINE_AM(UINT64_MAX, UCP_AM_ID_FAILOVER_SEQ, ucp_failover_seq_handler,
+              ucp_failover_seq_dump, 0);
+
+uint32_t ucp_failover_seq_rx_expected(ucp_ep_h ep)
+{
+    return ucp_failover_seq_stream_rx_expected(ep, 0);
+}
+
+uint32_t ucp_failover_seq_stream_rx_expected(ucp_ep_h ep, uint8_t stream)
+{
+    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+
+    return ((seq == NULL) || (stream >= UCP_FAILOVER_SEQ_STREAMS) ||
+            (seq->streams[stream] == NULL)) ?
+           0 : seq->streams[stream]->rx_next;
+}

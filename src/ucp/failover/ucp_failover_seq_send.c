@@ -1,0 +1,1271 @@
+/**
+ * Copyright (C) Multi-rail failover for UCX authors. 2026. ALL RIGHTS RESERVED.
+ *
+ * See file LICENSE for terms.
+ *
+ * Sequencing, the sender: every message UCP sends through a sequencing
+ * endpoint is numbered, retained until the peer acknowledges it (within
+ * UCX_MULTIRAIL_RETAIN, counted by the buffers that hold the copies) and
+ * handed to the transport, or to the backlog when the transport has no
+ * room; the sequencing endpoint itself (a UCP proxy endpoint) and its
+ * pending queue. The overview is in ucp_failover_seq.c.
+ */
+
+#ifdef HAVE_CONFIG_H
+#  include "config.h"
+#endif
+
+#include "ucp_failover_seq_int.h"
+
+#include <ucp/core/ucp_ep.h>
+#include <ucp/core/ucp_ep.inl>
+#include <ucp/core/ucp_proxy_ep.h>
+#include <ucp/core/ucp_request.h>
+#include <ucp/core/ucp_request.inl>
+#include <ucp/core/ucp_worker.h>
+#include <ucp/core/ucp_worker.inl>
+#include <ucp/wireup/wireup_ep.h>
+#include <uct/base/uct_iface.h>
+#include <uct/base/uct_iov.inl>
+#include <ucs/datastruct/string_buffer.h>
+#include <ucs/debug/log.h>
+
+
+static uct_iface_ops_t ucp_failover_seq_ep_ops;
+
+
+/* ---------------------------------------------------------------------------
+ * State
+ */
+
+static void ucp_failover_seq_stream_init(ucp_failover_seq_stream_t *st,
+                                         uint8_t id)
+{
+    st->id      = id;
+    st->tx_next = 1;
+    st->rx_next = 1;
+    ucs_queue_head_init(&st->retained);
+    ucs_list_head_init(&st->held);
+}
+
+/* The active message ids a sequenced message may be delivered to */
+uint64_t ucp_failover_seq_am_ids(ucp_context_h context)
+{
+    uint64_t am_ids = 0;
+    unsigned id;
+
+    UCS_STATIC_ASSERT(UCP_AM_ID_LAST <= 64);
+    for (id = UCP_AM_ID_FIRST; id < UCP_AM_ID_LAST; ++id) {
+        if ((id != UCP_AM_ID_FAILOVER) && (id != UCP_AM_ID_FAILOVER_SEQ) &&
+            (ucp_am_handlers[id] != NULL) &&
+            (ucp_am_handlers[id]->cb != NULL) &&
+            (context->config.features & ucp_am_handlers[id]->features)) {
+            am_ids |= UCS_BIT(id);
+        }
+    }
+
+    return am_ids;
+}
+
+ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    ucp_failover_seq_t *seq;
+
+    ucs_assert(fo->seq == NULL);
+    seq = ucs_calloc(1, sizeof(*seq), "failover_seq");
+    if (seq == NULL) {
+        ucs_error("ep %p: no memory for the sequencing state", ep);
+        return NULL;
+    }
+
+    seq->ep     = ep;
+    seq->am_ids = ucp_failover_seq_am_ids(ep->worker->context);
+    ucp_failover_seq_stream_init(&seq->main, 0);
+    seq->streams[0] = &seq->main;
+    seq->retain     = ep->worker->context->config.ext.multirail.retain;
+    seq->pool       = (ep->worker->failover != NULL) ?
+                      ep->worker->failover->pool : NULL;
+    ucp_failover_pool_ref(seq->pool);
+    fo->seq         = seq;
+    return seq;
+}
+
+/* Data stream @a id, created on first use (NULL: no memory) */
+ucp_failover_seq_stream_t *
+ucp_failover_seq_stream_get(ucp_failover_seq_t *seq, uint8_t id)
+{
+    ucp_failover_seq_stream_t *st;
+
+    ucs_assert(id < UCP_FAILOVER_SEQ_STREAMS);
+    if (seq->streams[id] != NULL) {
+        return seq->streams[id];
+    }
+
+    st = ucs_calloc(1, sizeof(*st), "failover_seq_stream");
+    if (st == NULL) {
+        ucs_error("ep %p: no memory for sequencing stream %u", seq->ep, id);
+        return NULL;
+    }
+
+    ucp_failover_seq_stream_init(st, id);
+    seq->streams[id] = st;
+    return st;
+}
+
+int ucp_failover_seq_ep_test(uct_ep_h uct_ep)
+{
+    return (uct_ep != NULL) &&
+           (uct_ep->iface->ops.ep_destroy ==
+            ucp_failover_seq_ep_ops.ep_destroy);
+}
+
+int ucp_failover_seq_is_owner(uct_ep_h uct_ep, uct_ep_h owned_ep)
+{
+    return ucp_failover_seq_ep_test(uct_ep) &&
+           (ucp_failover_seq_tl_ep(ucs_derived_of(uct_ep,
+                                                  ucp_failover_seq_ep_t)) ==
+            owned_ep);
+}
+
+/* ---------------------------------------------------------------------------
+ * Retention
+ */
+
+static void ucp_failover_seq_comp_cb(uct_completion_t *self)
+{
+    ucp_failover_seq_entry_t *entry = ucs_container_of(self,
+                                                       ucp_failover_seq_entry_t,
+                                                       comp);
+
+    /* an error needs nothing: the copy is kept until acknowledged, and the
+     * lane's failover sends it again */
+    if ((entry->comp.count == 0) && (entry->acked || (entry->seq == NULL))) {
+        ucp_failover_seq_entry_free(entry);
+    }
+}
+
+/* A retained entry for a message of @a length bytes (the trailer comes on
+ * top), from the worker's buffers: what the length needs, no malloc */
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_entry_t *
+ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq, size_t length)
+{
+    ucp_failover_seq_entry_t *entry;
+    size_t held;
+
+    entry = ucp_failover_pool_get(seq->pool,
+                                  sizeof(*entry) + length +
+                                  UCP_FAILOVER_SEQ_HDR_LEN,
+                                  &held);
+    if (ucs_unlikely(entry == NULL)) {
+        return NULL;
+    }
+
+    entry->comp.func   = ucp_failover_seq_comp_cb;
+    entry->comp.count  = 0;
+    entry->comp.status = UCS_OK;
+    entry->seq         = seq;
+    entry->held        = held;
+    entry->acked       = 0;
+    return entry;
+}
+
+/* Wrappers that wait for room in the retention move on if there is some */
+static void ucp_failover_seq_window_check(ucp_failover_seq_t *seq)
+{
+    ucp_failover_seq_stream_t *st;
+    uint8_t id;
+
+    if (seq->retained_bytes >= seq->retain) {
+        return;
+    }
+
+    seq->window_full = 0;
+    for (id = 0; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        st = seq->streams[id];
+        if ((st != NULL) && (st->seq_ep != NULL) && st->seq_ep->window_full) {
+            st->seq_ep->window_full = 0;
+            ucp_failover_seq_dispatch_schedule(st->seq_ep);
+        }
+    }
+}
+
+/* Release the messages of @a st up to @a ack, newer than tx_acked */
+void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
+                                   ucp_failover_seq_stream_t *st, uint32_t ack)
+{
+    ucp_failover_seq_entry_t *entry;
+
+    st->tx_acked  = ack;
+    st->ack_asked = 0;
+    while (!ucs_queue_is_empty(&st->retained)) {
+        entry = ucs_queue_head_elem_non_empty(&st->retained,
+                                              ucp_failover_seq_entry_t, queue);
+        if ((int32_t)(ack - entry->sn) < 0) {
+            break;
+        }
+
+        if (entry == st->unsent) {
+            /* waiting to be sent again after a failover, but the peer has it
+             * (sent on the old lane): no need to */
+            st->unsent = ucp_failover_seq_next(st, entry);
+        }
+
+        ucs_queue_pull_non_empty(&st->retained);
+        st->retained_bytes  -= entry->held;
+        seq->retained_bytes -= entry->held;
+        entry->acked         = 1;
+        if (entry->comp.count == 0) {
+            ucp_failover_seq_entry_free(entry);
+        } else {
+            entry->seq = NULL; /* its completion frees it */
+        }
+    }
+
+    if (seq->window_full) {
+        ucp_failover_seq_window_check(seq);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Sending
+ */
+
+/*
+ * The acknowledgement a message of @a st carries (of stream 0: the current
+ * one, also when the message is sent again) and its flags (a request for an
+ * acknowledgement is about the message's own stream). Sent on the am lane,
+ * it counts as sent; a data lane's copy may be lost with that lane (which
+ * then fails without moving the am lane), so it does not count.
+ */
+static UCS_F_ALWAYS_INLINE uint8_t
+ucp_failover_seq_ack_take(ucp_failover_seq_ep_t *seq_ep,
+                          ucp_failover_seq_stream_t *st, uint32_t *ack_p)
+{
+    ucp_failover_seq_t *seq = seq_ep->seq;
+    uint32_t ack            = ucp_failover_seq_rx_delivered(&seq->main);
+
+    *ack_p = ack;
+    if (ucs_likely(seq_ep == seq->seq_ep)) {
+        seq->main.rx_ack_sent      = ack;
+        seq->main.rx_unacked_bytes = 0;
+        seq->main.ack_again        = 0;
+    }
+
+    /* once per acknowledgement: a request on every message past the half
+     * would have the receiver send an acknowledgement per message */
+    if ((ucs_likely(seq->retained_bytes < seq_ep->retain_half) &&
+         ucs_likely(!ucp_failover_pool_half_full(seq->pool))) ||
+        st->ack_asked) {
+        return 0;
+    }
+
+    st->ack_asked = 1;
+    return UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
+}
+
+/* Refresh the acknowledgement and flags of a retained message's trailer
+ * before it is sent (again) */
+static void ucp_failover_seq_hdr_fill(ucp_failover_seq_ep_t *seq_ep,
+                                      ucp_failover_seq_stream_t *st,
+                                      ucp_failover_seq_entry_t *entry)
+{
+    ucp_failover_seq_hdr_t *hdr = UCS_PTR_BYTE_OFFSET(entry->data,
+                                                      entry->length -
+                                                      UCP_FAILOVER_SEQ_HDR_LEN);
+    uint8_t flags, old_flags;
+    uint32_t ack;
+
+    if (entry->comp.count > 0) {
+        /* a zero-copy send of it is still reading it */
+        return;
+    }
+
+    /* a request for an acknowledgement written when the transport did not
+     * take the message stays: it is the stream's one (ack_asked) */
+    memcpy(&old_flags, &hdr->flags, sizeof(old_flags));
+    flags = ucp_failover_seq_ack_take(seq_ep, st, &ack) |
+            (old_flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ);
+    memcpy(&hdr->ack, &ack, sizeof(ack));
+    memcpy(&hdr->flags, &flags, sizeof(flags));
+}
+
+static size_t ucp_failover_seq_pack_entry(void *dest, void *arg)
+{
+    ucp_failover_seq_entry_t *entry = arg;
+
+    memcpy(dest, entry->data, entry->length);
+    return entry->length;
+}
+
+/* Hand a retained message, its trailer filled, to the transport endpoint of
+ * @a seq_ep */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_tl_post(ucp_failover_seq_ep_t *seq_ep,
+                         ucp_failover_seq_entry_t *entry)
+{
+    uct_ep_h tl_ep = ucp_failover_seq_tl_ep(seq_ep);
+    ucs_status_t status;
+    uint64_t header;
+    uct_iov_t iov;
+    ssize_t packed;
+
+    if (ucs_likely(entry->length <= seq_ep->max_short)) {
+        memcpy(&header, entry->data, sizeof(header));
+        return uct_ep_am_short(tl_ep, UCP_AM_ID_FAILOVER_SEQ, header,
+                               entry->data + sizeof(header),
+                               entry->length - sizeof(header));
+    }
+
+    if (entry->length <= seq_ep->max_bcopy) {
+        packed = uct_ep_am_bcopy(tl_ep, UCP_AM_ID_FAILOVER_SEQ,
+                                 ucp_failover_seq_pack_entry, entry, 0);
+        return (packed < 0) ? (ucs_status_t)packed : UCS_OK;
+    }
+
+    iov.buffer = entry->data;
+    iov.length = entry->length;
+    iov.memh   = UCT_MEM_HANDLE_NULL;
+    iov.stride = 0;
+    iov.count  = 1;
+    ++entry->comp.count;
+    status = uct_ep_am_zcopy(tl_ep, UCP_AM_ID_FAILOVER_SEQ, NULL, 0, &iov, 1,
+                             0, &entry->comp);
+    if (status != UCS_INPROGRESS) {
+        --entry->comp.count;
+    }
+
+    return status;
+}
+
+/* Hand a retained message of @a st to the transport endpoint of @a seq_ep,
+ * with the current acknowledgement */
+static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_ep_t *seq_ep,
+                                             ucp_failover_seq_stream_t *st,
+                                             ucp_failover_seq_entry_t *entry)
+{
+    ucp_failover_seq_hdr_fill(seq_ep, st, entry);
+    return ucp_failover_seq_tl_post(seq_ep, entry);
+}
+
+/* Whether @a seq_ep has messages retained but not handed to the transport:
+ * of its stream, and for the am lane's, of the orphaned data streams */
+int ucp_failover_seq_has_backlog(ucp_failover_seq_ep_t *seq_ep)
+{
+    ucp_failover_seq_t *seq = seq_ep->seq;
+    uint8_t id;
+
+    if (seq_ep->stream->unsent != NULL) {
+        return 1;
+    }
+
+    if (seq_ep->stream->id != 0) {
+        return 0;
+    }
+
+    for (id = 1; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        if (ucp_failover_seq_orphan(seq->streams[id]) &&
+            (seq->streams[id]->unsent != NULL)) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+/* Send the messages of @a st retained but not handed to the transport yet,
+ * in order */
+static ucs_status_t
+ucp_failover_seq_send_stream_backlog(ucp_failover_seq_ep_t *seq_ep,
+                                     ucp_failover_seq_stream_t *st)
+{
+    ucp_failover_seq_entry_t *entry;
+    ucs_status_t status;
+
+    while ((entry = st->unsent) != NULL) {
+        status = ucp_failover_seq_tl_send(seq_ep, st, entry);
+        if (status == UCS_ERR_NO_RESOURCE) {
+            return status;
+        } else if (UCS_STATUS_IS_ERR(status)) {
+            /* the lane is failing: its failover sends the backlog again */
+            ucs_debug("ep %p: sequenced message %u:%u not sent: %s",
+                      seq_ep->super.ucp_ep, st->id, entry->sn,
+                      ucs_status_string(status));
+            return status;
+        }
+
+        if (seq_ep->dead) {
+            return UCS_ERR_CANCELED;
+        }
+
+        st->unsent = ucp_failover_seq_next(st, entry);
+    }
+
+    return UCS_OK;
+}
+
+/* The backlog of @a seq_ep: its stream's first (the order of stream 0), then
+ * the orphaned data streams' */
+static ucs_status_t ucp_failover_seq_send_backlog(ucp_failover_seq_ep_t *seq_ep)
+{
+    ucp_failover_seq_t *seq = seq_ep->seq;
+    ucs_status_t status;
+    uint8_t id;
+
+    status = ucp_failover_seq_send_stream_backlog(seq_ep, seq_ep->stream);
+    if ((status != UCS_OK) || (seq_ep->stream->id != 0)) {
+        return status;
+    }
+
+    for (id = 1; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        if (!ucp_failover_seq_orphan(seq->streams[id])) {
+            continue;
+        }
+
+        status = ucp_failover_seq_send_stream_backlog(seq_ep,
+                                                      seq->streams[id]);
+        if (status != UCS_OK) {
+            return status;
+        }
+    }
+
+    return UCS_OK;
+}
+
+/*
+ * Move things along: send the backlog, then run the requests that wait in
+ * the sequencing endpoint's queue, while the transport takes them and the
+ * window has room. What is left waits for the transport (the resume request
+ * on its pending queue) or for acknowledgements (the window). Requests never
+ * wait on the transport's own queue: a transport may require that a request
+ * it dispatches either sends or completes (UCT/TCP asserts it), and one that
+ * finds the window full does neither.
+ *
+ * @a queued_on is the transport endpoint whose pending queue is running the
+ * resume request now (NULL when not called from there). Then the resume
+ * request must not be added to that queue again from inside its own
+ * callback: transports that keep pending requests in an arbiter (RC, DC, UD)
+ * would dispatch it again in the same pass while no send completion can be
+ * reaped, a livelock. It stays queued instead: UCS_ERR_NO_RESOURCE is
+ * returned for the callback to return.
+ */
+static ucs_status_t ucp_failover_seq_kick_from(ucp_failover_seq_ep_t *seq_ep,
+                                               uct_ep_h queued_on)
+{
+    ucs_status_t ret = UCS_OK;
+    uct_pending_req_priv_queue_t *priv;
+    ucs_status_t status;
+    uct_ep_h tl_ep;
+    int retries, dispatching;
+
+    ++seq_ep->busy;
+    for (retries = 0; (retries < 16) && !seq_ep->dead; ++retries) {
+        status = ucp_failover_seq_send_backlog(seq_ep);
+        if (seq_ep->dead ||
+            (UCS_STATUS_IS_ERR(status) && (status != UCS_ERR_NO_RESOURCE))) {
+            goto out;
+        }
+
+        if (status == UCS_OK) {
+            /* a request that fails the lane may move the wrapper or fail
+             * the endpoint under this loop: it stops then */
+            dispatching         = seq_ep->dispatching;
+            seq_ep->dispatching = 1;
+            uct_pending_queue_dispatch(priv, &seq_ep->pending,
+                                       !seq_ep->window_full && !seq_ep->dead);
+            seq_ep->dispatching = dispatching;
+            if (seq_ep->dead) {
+                goto out;
+            }
+        }
+
+        if ((!ucp_failover_seq_has_backlog(seq_ep) &&
+             (ucs_queue_is_empty(&seq_ep->pending) || seq_ep->window_full)) ||
+            seq_ep->resume_queued) {
+            goto out;
+        }
+
+        /* the current transport endpoint: a failover may have changed it */
+        tl_ep = ucp_failover_seq_tl_ep(seq_ep);
+        if (tl_ep == queued_on) {
+            seq_ep->resume_queued = 1;
+            seq_ep->resume_ep     = tl_ep;
+            ret                   = UCS_ERR_NO_RESOURCE;
+            goto out;
+        }
+
+        status = uct_ep_pending_add(tl_ep, &seq_ep->resume, 0);
+        if (status == UCS_OK) {
+            seq_ep->resume_queued = 1;
+            seq_ep->resume_ep     = tl_ep;
+            goto out;
+        } else if (status != UCS_ERR_BUSY) {
+            goto out; /* the lane is failing */
+        }
+        /* the transport has resources again: go on */
+    }
+
+    if (!seq_ep->dead) {
+        ucp_failover_seq_dispatch_schedule(seq_ep);
+    }
+
+out:
+    --seq_ep->busy;
+    return ret;
+}
+
+void ucp_failover_seq_kick(ucp_failover_seq_ep_t *seq_ep)
+{
+    (void)ucp_failover_seq_kick_from(seq_ep, NULL);
+}
+
+static unsigned ucp_failover_seq_ep_release(void *arg)
+{
+    uct_ep_destroy(arg);
+    return 1;
+}
+
+/* Free a dead wrapper, from progress if it is in one of its own calls */
+void ucp_failover_seq_ep_free_dead(ucp_failover_seq_ep_t *seq_ep)
+{
+    uct_worker_cb_id_t cb_id = UCS_CALLBACKQ_ID_NULL;
+
+    if (seq_ep->busy == 0) {
+        uct_ep_destroy(&seq_ep->super.super);
+        return;
+    }
+
+    uct_worker_progress_register_safe(seq_ep->worker->uct,
+                                      ucp_failover_seq_ep_release,
+                                      &seq_ep->super.super,
+                                      UCS_CALLBACKQ_FLAG_ONESHOT, &cb_id);
+}
+
+static ucs_status_t ucp_failover_seq_resume_progress(uct_pending_req_t *self)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_container_of(self,
+                                                     ucp_failover_seq_ep_t,
+                                                     resume);
+
+    uct_ep_h queued_on            = seq_ep->resume_ep;
+
+    seq_ep->resume_queued = 0;
+    seq_ep->resume_ep     = NULL;
+    if (seq_ep->dead) {
+        /* a wrapper taken off a live transport endpoint while this request
+         * waited there (ucp_failover_seq_dissolve): its last reference */
+        ucp_failover_seq_ep_free_dead(seq_ep);
+        return UCS_OK;
+    }
+
+    return ucp_failover_seq_kick_from(seq_ep, queued_on);
+}
+
+/*
+ * A message is declined (requests wait, or the window is full). The caller
+ * may be a request that the transport dispatched from its own pending queue
+ * (one queued on the lane before it became the am lane), ahead of the resume
+ * request: make sure the wrapper moves along from progress even if the
+ * transport retries that request first.
+ */
+static ucs_status_t ucp_failover_seq_decline(ucp_failover_seq_ep_t *seq_ep)
+{
+    if (!seq_ep->window_full) {
+        ucp_failover_seq_dispatch_schedule(seq_ep);
+    }
+
+    return UCS_ERR_NO_RESOURCE;
+}
+
+/* The worker's buffers are at their bound: a release wakes the wrapper */
+static void ucp_failover_seq_pool_wake(ucp_failover_pool_waiter_t *waiter)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_container_of(waiter,
+                                                     ucp_failover_seq_ep_t,
+                                                     pool_waiter);
+
+    seq_ep->window_full = 0;
+    ucp_failover_seq_dispatch_schedule(seq_ep);
+}
+
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_worker_full(ucp_failover_seq_ep_t *seq_ep)
+{
+    if (!seq_ep->window_full) {
+        ++seq_ep->stream->window_stalls;
+        seq_ep->window_full = 1;
+    }
+
+    ucp_failover_pool_wait(seq_ep->seq->pool, &seq_ep->pool_waiter);
+    return UCS_ERR_NO_RESOURCE;
+}
+
+/*
+ * Whether the wrapper takes a new message now (UCS_OK), or
+ * UCS_ERR_NO_RESOURCE while requests wait or the retention is full. A
+ * message not sent yet (the transport had no room) does not decline the next
+ * one: it is numbered after it and goes after it, so the order holds, and a
+ * request the transport dispatches finds room.
+ */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_admit(ucp_failover_seq_ep_t *seq_ep)
+{
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+
+    if (ucs_unlikely(st == NULL)) {
+        /* a detached wrapper a caller still holds: the request goes to the
+         * lane's current endpoint's queue */
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    /* behind requests waiting: keep the order */
+    if (ucs_unlikely(!ucs_queue_is_empty(&seq_ep->pending) &&
+                     !seq_ep->dispatching)) {
+        return ucp_failover_seq_decline(seq_ep);
+    }
+
+    /* the bounds: the endpoint's, all its streams together, and the
+     * worker's, all its endpoints together */
+    if (ucs_unlikely(seq_ep->seq->retained_bytes >= seq_ep->retain)) {
+        if (!seq_ep->window_full) {
+            ++st->window_stalls;
+            seq_ep->window_full      = 1;
+            seq_ep->seq->window_full = 1;
+        }
+        return UCS_ERR_NO_RESOURCE;
+    } else if (ucs_unlikely(ucp_failover_pool_full(seq_ep->seq->pool))) {
+        return ucp_failover_seq_worker_full(seq_ep);
+    }
+
+    return UCS_OK;
+}
+
+/* No memory for a retained copy: the message waits, as one that finds the
+ * window full, and is tried again from progress (nothing is dropped) */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_no_memory(ucp_failover_seq_ep_t *seq_ep, size_t length)
+{
+    ucs_diag("ep %p: no memory to retain a message of %zu bytes, it waits",
+             seq_ep->super.ucp_ep, length);
+    return ucp_failover_seq_decline(seq_ep);
+}
+
+/* Take a message for sending: ucp_failover_seq_admit(), then a retained
+ * entry of @a length bytes (the trailer comes on top) */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
+                         ucp_failover_seq_entry_t **entry_p)
+{
+    ucs_status_t status;
+
+    status = ucp_failover_seq_admit(seq_ep);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+
+    *entry_p = ucp_failover_seq_entry_alloc(seq_ep->seq, length);
+    if (ucs_unlikely(*entry_p == NULL)) {
+        return ucp_failover_seq_no_memory(seq_ep, length);
+    }
+
+    return UCS_OK;
+}
+
+/* The transport did not take a new message: it goes after the backlog, when
+ * the transport has room; or the lane is failing */
+static void ucp_failover_seq_submit_unsent(ucp_failover_seq_ep_t *seq_ep,
+                                           ucp_failover_seq_entry_t *entry,
+                                           ucs_status_t status)
+{
+    if (status == UCS_ERR_NO_RESOURCE) {
+        if (seq_ep->stream->unsent == NULL) {
+            seq_ep->stream->unsent = entry;
+        }
+        if (!seq_ep->dispatching) {
+            ucp_failover_seq_kick(seq_ep);
+        }
+    } else {
+        ucs_debug("ep %p: sequenced message %u:%u not sent: %s",
+                  seq_ep->seq->ep, seq_ep->stream->id, entry->sn,
+                  ucs_status_string(status));
+    }
+}
+
+/* Number a new message of @a length bytes (its entry filled, or about to
+ * be) and retain it */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_retain(ucp_failover_seq_ep_t *seq_ep,
+                        ucp_failover_seq_entry_t *entry, size_t length)
+{
+    ucp_failover_seq_t *seq       = seq_ep->seq;
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+
+    entry->sn     = st->tx_next++;
+    entry->length = length + UCP_FAILOVER_SEQ_HDR_LEN;
+    ucs_queue_push(&st->retained, &entry->queue);
+    st->retained_bytes  += entry->held;
+    seq->retained_bytes += entry->held;
+    st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
+    ++st->tx_msgs;
+}
+
+/* Write the trailer of a new message, numbered @a sn, at @a dest; with the
+ * current acknowledgement if @a ack_now, else with none (it is filled when
+ * the message is sent, after the backlog) */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_trailer(ucp_failover_seq_ep_t *seq_ep, uint32_t sn,
+                         uint8_t am_id, void *dest, int ack_now)
+{
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+    ucp_failover_seq_hdr_t hdr;
+    uint32_t ack;
+
+    hdr.ep_id  = ucp_ep_remote_id(seq_ep->seq->ep);
+    hdr.sn     = sn;
+    hdr.am_id  = am_id;
+    hdr.stream = st->id;
+    if (ucs_likely(ack_now)) {
+        hdr.flags = ucp_failover_seq_ack_take(seq_ep, st, &ack);
+        hdr.ack   = ack;
+    } else {
+        hdr.flags = 0;
+        hdr.ack   = 0;
+    }
+
+    memcpy(dest, &hdr, sizeof(hdr));
+}
+
+/* Number a filled entry, retain it and send it (or leave it to the backlog);
+ * its trailer is written once, here */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
+                        ucp_failover_seq_entry_t *entry, uint8_t am_id,
+                        size_t length)
+{
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+    ucs_status_t status;
+
+    ucp_failover_seq_retain(seq_ep, entry, length);
+    if (ucs_unlikely(st->unsent != NULL)) {
+        /* after the messages not sent yet, which the queued resume request
+         * sends when the transport has room (and fills the rest then) */
+        ucp_failover_seq_trailer(seq_ep, entry->sn, am_id,
+                                 entry->data + length, 0);
+        if (!seq_ep->dispatching && !seq_ep->resume_queued) {
+            ucp_failover_seq_kick(seq_ep);
+        }
+        return;
+    }
+
+    ucp_failover_seq_trailer(seq_ep, entry->sn, am_id, entry->data + length,
+                             1);
+    ++seq_ep->busy;
+    status = ucp_failover_seq_tl_post(seq_ep, entry);
+    --seq_ep->busy;
+    if (ucs_unlikely(UCS_STATUS_IS_ERR(status)) && !seq_ep->dead) {
+        /* (dead: the endpoint failed in the send) */
+        ucp_failover_seq_submit_unsent(seq_ep, entry, status);
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * The sequencing endpoint
+ */
+
+static UCS_F_ALWAYS_INLINE int ucp_failover_seq_passthrough(uint8_t id)
+{
+    /* failover's own control messages are not sequenced: they are about
+     * lanes, and must pass while the sequence is held up. Neither are
+     * wireup's: they connect the lanes, and the peer may need one (the
+     * wireup ACK, which makes its RC lanes ready) before it can acknowledge
+     * anything, so one held up behind a full window is a deadlock; a lost
+     * one is handled by wireup, as without failover */
+    return (id == UCP_AM_ID_FAILOVER) || (id == UCP_AM_ID_FAILOVER_SEQ) ||
+           (id == UCP_AM_ID_WIREUP);
+}
+
+static ucs_status_t
+ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
+                             const void *payload, unsigned length)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
+                                                   ucp_failover_seq_ep_t);
+    ucp_failover_seq_entry_t *entry;
+    ucs_status_t status;
+
+    if (ucs_unlikely(ucp_failover_seq_passthrough(id))) {
+        return uct_ep_am_short(ucp_failover_seq_tl_ep(seq_ep), id, header,
+                               payload, length);
+    }
+
+    status = ucp_failover_seq_reserve(seq_ep, sizeof(header) + length, &entry);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+
+    memcpy(entry->data, &header, sizeof(header));
+    memcpy(entry->data + sizeof(header), payload, length);
+    ucp_failover_seq_submit(seq_ep, entry, id, sizeof(header) + length);
+    return UCS_OK;
+}
+
+/* Copy a UCT iov array to @a dest (UCP passes contiguous elements) */
+static void ucp_failover_seq_iov_copy(void *dest, const uct_iov_t *iov,
+                                      size_t iovcnt, size_t length)
+{
+    ucs_iov_iter_t iter;
+
+    ucs_iov_iter_init(&iter);
+    uct_iov_to_buffer(iov, iovcnt, &iter, dest, length);
+}
+
+static ucs_status_t
+ucp_failover_seq_ep_am_short_iov(uct_ep_h uct_ep, uint8_t id,
+                                 const uct_iov_t *iov, size_t iovcnt)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
+                                                   ucp_failover_seq_ep_t);
+    size_t length                 = uct_iov_total_length(iov, iovcnt);
+    ucp_failover_seq_entry_t *entry;
+    ucs_status_t status;
+
+    if (ucs_unlikely(ucp_failover_seq_passthrough(id))) {
+        return uct_ep_am_short_iov(ucp_failover_seq_tl_ep(seq_ep), id, iov,
+                                   iovcnt);
+    }
+
+    status = ucp_failover_seq_reserve(seq_ep, length, &entry);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+
+    ucp_failover_seq_iov_copy(entry->data, iov, iovcnt, length);
+    ucp_failover_seq_submit(seq_ep, entry, id, length);
+    return UCS_OK;
+}
+
+/* An entry of max_bcopy that holds @a length bytes: one of the size they
+ * need instead, if there is memory (a small message that waited for the
+ * transport counts as small) */
+static ucp_failover_seq_entry_t *
+ucp_failover_seq_entry_shrink(ucp_failover_seq_t *seq,
+                              ucp_failover_seq_entry_t *entry, size_t length)
+{
+    ucp_failover_seq_entry_t *small;
+
+    if (ucp_failover_pool_bucket(sizeof(*entry) + length +
+                                 UCP_FAILOVER_SEQ_HDR_LEN) >=
+        ucp_failover_pool_bucket(entry->held)) {
+        return entry;
+    }
+
+    small = ucp_failover_seq_entry_alloc(seq, length);
+    if (small == NULL) {
+        return entry;
+    }
+
+    memcpy(small->data, entry->data, length);
+    ucp_failover_seq_entry_free(entry);
+    return small;
+}
+
+/* A new bcopy message packed by the transport (ucp_failover_seq_pack) */
+typedef struct {
+    ucp_failover_seq_ep_t    *seq_ep;
+    uct_pack_callback_t      pack_cb;
+    void                     *arg;
+    uint8_t                  am_id;
+    int                      packed;  /* pack_cb ran */
+    size_t                   length;  /* what it packed */
+    ucp_failover_seq_entry_t *entry;  /* the retained copy, or NULL */
+} ucp_failover_seq_pack_ctx_t;
+
+/*
+ * Pack a new message straight into the transport's buffer, add its trailer,
+ * and retain a copy of what it holds: the message is packed once, and its
+ * copy holds what its length needs. Without memory for the copy, the
+ * transport's buffer becomes an acknowledgement of stream 0 (ACK_ONLY: the
+ * receiver takes the ack and ignores the rest) and the message waits.
+ */
+static size_t ucp_failover_seq_pack(void *dest, void *arg)
+{
+    ucp_failover_seq_pack_ctx_t *ctx = arg;
+    ucp_failover_seq_ep_t *seq_ep    = ctx->seq_ep;
+    ucp_failover_seq_t *seq          = seq_ep->seq;
+    ucp_failover_seq_entry_t *entry;
+    ucp_failover_seq_hdr_t hdr;
+    size_t length;
+
+    length      = ctx->pack_cb(dest, ctx->arg);
+    ctx->packed = 1;
+    ctx->length = length;
+    ucs_assertv(length <= (seq_ep->max_bcopy - UCP_FAILOVER_SEQ_HDR_LEN),
+                "packed %zu max_bcopy %zu", length, seq_ep->max_bcopy);
+
+    entry = ucp_failover_seq_entry_alloc(seq, length);
+    if (ucs_unlikely(entry == NULL)) {
+        hdr.ep_id  = ucp_ep_remote_id(seq->ep);
+        hdr.sn     = 0;
+        hdr.ack    = ucp_failover_seq_rx_delivered(&seq->main);
+        hdr.am_id  = 0;
+        hdr.flags  = UCP_FAILOVER_SEQ_FLAG_ACK_ONLY;
+        hdr.stream = 0;
+        memcpy(UCS_PTR_BYTE_OFFSET(dest, length), &hdr, sizeof(hdr));
+        return length + UCP_FAILOVER_SEQ_HDR_LEN;
+    }
+
+    ucp_failover_seq_retain(seq_ep, entry, length);
+    ucp_failover_seq_trailer(seq_ep, entry->sn, ctx->am_id,
+                             UCS_PTR_BYTE_OFFSET(dest, length), 1);
+    memcpy(entry->data, dest, entry->length);
+    ctx->entry = entry;
+    return entry->length;
+}
+
+static ssize_t ucp_failover_seq_ep_am_bcopy(uct_ep_h uct_ep, uint8_t id,
+                                            uct_pack_callback_t pack_cb,
+                                            void *arg, unsigned flags)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
+                                                   ucp_failover_seq_ep_t);
+    ucp_failover_seq_pack_ctx_t ctx;
+    ucp_failover_seq_entry_t *entry;
+    ucs_status_t status;
+    size_t max_bcopy;
+    ssize_t packed;
+    size_t length;
+
+    if (ucs_unlikely(ucp_failover_seq_passthrough(id))) {
+        return uct_ep_am_bcopy(ucp_failover_seq_tl_ep(seq_ep), id, pack_cb,
+                               arg, flags);
+    }
+
+    status = ucp_failover_seq_admit(seq_ep);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+
+    if (ucs_likely(seq_ep->stream->unsent == NULL)) {
+        ctx.seq_ep  = seq_ep;
+        ctx.pack_cb = pack_cb;
+        ctx.arg     = arg;
+        ctx.am_id   = id;
+        ctx.packed  = 0;
+        ctx.entry   = NULL;
+        ++seq_ep->busy;
+        packed = uct_ep_am_bcopy(ucp_failover_seq_tl_ep(seq_ep),
+                                 UCP_AM_ID_FAILOVER_SEQ, ucp_failover_seq_pack,
+                                 &ctx, flags);
+        --seq_ep->busy;
+        if (ucs_likely(ctx.entry != NULL)) {
+            if (ucs_unlikely(packed < 0) && !seq_ep->dead) {
+                /* the lane is failing (its failover sends it again), or the
+                 * transport had no room after all (it goes after) */
+                ucp_failover_seq_submit_unsent(seq_ep, ctx.entry,
+                                               (ucs_status_t)packed);
+            }
+            return ctx.length;
+        } else if (ucs_unlikely(seq_ep->stream == NULL)) {
+            /* detached in the call (the endpoint failed): the request goes
+             * to the lane's current endpoint */
+            return UCS_ERR_NO_RESOURCE;
+        } else if (ucs_unlikely(ctx.packed)) {
+            return ucp_failover_seq_no_memory(seq_ep, ctx.length);
+        }
+        /* the transport had no room, or failed: the message is taken
+         * anyway, into an entry of its own, and goes after */
+    }
+
+    max_bcopy = seq_ep->max_bcopy - UCP_FAILOVER_SEQ_HDR_LEN;
+    entry     = ucp_failover_seq_entry_alloc(seq_ep->seq, max_bcopy);
+    if (ucs_unlikely(entry == NULL)) {
+        return ucp_failover_seq_no_memory(seq_ep, max_bcopy);
+    }
+
+    length = pack_cb(entry->data, arg);
+    ucs_assertv(length <= max_bcopy, "packed %zu max_bcopy %zu", length,
+                max_bcopy);
+    ucp_failover_seq_submit(seq_ep, ucp_failover_seq_entry_shrink(seq_ep->seq,
+                                                                  entry,
+                                                                  length),
+                            id, length);
+    return length;
+}
+
+static ucs_status_t
+ucp_failover_seq_ep_am_zcopy(uct_ep_h uct_ep, uint8_t id, const void *header,
+                             unsigned header_length, const uct_iov_t *iov,
+                             size_t iovcnt, unsigned flags,
+                             uct_completion_t *comp)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
+                                                   ucp_failover_seq_ep_t);
+    size_t length;
+    ucp_failover_seq_entry_t *entry;
+    ucs_status_t status;
+
+    if (ucs_unlikely(ucp_failover_seq_passthrough(id))) {
+        return uct_ep_am_zcopy(ucp_failover_seq_tl_ep(seq_ep), id, header,
+                               header_length, iov, iovcnt, flags, comp);
+    }
+
+    /* the data is copied, so the user's buffer is free at once */
+    length = header_length + uct_iov_total_length(iov, iovcnt);
+    status = ucp_failover_seq_reserve(seq_ep, length, &entry);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+
+    memcpy(entry->data, header, header_length);
+    ucp_failover_seq_iov_copy(entry->data + header_length, iov, iovcnt,
+                              length - header_length);
+    ucp_failover_seq_submit(seq_ep, entry, id, length);
+    return UCS_OK;
+}
+
+static ucs_status_t ucp_failover_seq_ep_pending_add(uct_ep_h uct_ep,
+                                                    uct_pending_req_t *req,
+                                                    unsigned flags)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
+                                                   ucp_failover_seq_ep_t);
+
+    ucs_status_t status;
+
+    if (seq_ep->dead) {
+        return UCS_ERR_BUSY; /* the request finds the lane failed */
+    }
+
+    if (!seq_ep->window_full && ucs_queue_is_empty(&seq_ep->pending) &&
+        !ucp_failover_seq_has_backlog(seq_ep) && !seq_ep->resume_queued) {
+        /* nothing waits: the request waits for the transport */
+        status = uct_ep_pending_add(ucp_failover_seq_tl_ep(seq_ep),
+                                    &seq_ep->resume, 0);
+        if (status != UCS_OK) {
+            return status; /* UCS_ERR_BUSY: it has room, try again */
+        }
+
+        seq_ep->resume_queued = 1;
+        seq_ep->resume_ep     = ucp_failover_seq_tl_ep(seq_ep);
+    }
+
+    uct_pending_req_queue_push(&seq_ep->pending, req);
+    return UCS_OK;
+}
+
+void ucp_failover_seq_purge_filter(uct_pending_req_t *req, void *arg)
+{
+    ucp_failover_seq_purge_arg_t *purge = arg;
+    ucp_failover_seq_ep_t *other;
+
+    if (req == &purge->seq_ep->resume) {
+        purge->seq_ep->resume_queued = 0;
+        return;
+    }
+
+    if (req->func == ucp_failover_seq_resume_progress) {
+        /* the resume request of a wrapper taken off this transport endpoint
+         * while it waited here (ucp_failover_seq_dissolve) */
+        other                = ucs_container_of(req, ucp_failover_seq_ep_t,
+                                                resume);
+        other->resume_queued = 0;
+        ucs_assert(other->dead);
+        ucp_failover_seq_ep_free_dead(other);
+        return;
+    }
+
+    purge->cb(req, purge->arg);
+}
+
+static void
+ucp_failover_seq_ep_pending_purge(uct_ep_h uct_ep,
+                                  uct_pending_purge_callback_t cb, void *arg)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
+                                                   ucp_failover_seq_ep_t);
+    ucp_failover_seq_purge_arg_t purge;
+    uct_pending_req_priv_queue_t *priv;
+
+    /* the transport endpoint's requests came first */
+    purge.seq_ep = seq_ep;
+    purge.cb     = cb;
+    purge.arg    = arg;
+    if (ucp_failover_seq_tl_ep(seq_ep) != NULL) {
+        uct_ep_pending_purge(ucp_failover_seq_tl_ep(seq_ep),
+                             ucp_failover_seq_purge_filter, &purge);
+    }
+
+    uct_pending_queue_purge(priv, &seq_ep->pending, 1, cb, arg);
+}
+
+static ucs_status_t ucp_failover_seq_ep_flush(uct_ep_h uct_ep, unsigned flags,
+                                              uct_completion_t *comp)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
+                                                   ucp_failover_seq_ep_t);
+    ucs_status_t status;
+
+    if (seq_ep->dead) {
+        return UCS_OK;
+    }
+
+    if (!(flags & UCT_FLUSH_FLAG_CANCEL) &&
+        ((!ucs_queue_is_empty(&seq_ep->pending) && !seq_ep->dispatching) ||
+         ucp_failover_seq_has_backlog(seq_ep))) {
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    /* an error the transport raises in the flush is handled as in sends */
+    ++seq_ep->busy;
+    status = uct_ep_flush(ucp_failover_seq_tl_ep(seq_ep), flags, comp);
+    --seq_ep->busy;
+    if (seq_ep->dead || !UCS_STATUS_IS_ERR(status) ||
+        (status == UCS_ERR_NO_RESOURCE) || (flags & UCT_FLUSH_FLAG_CANCEL) ||
+        !seq_ep->failing) {
+        return status;
+    }
+
+    /* The transport endpoint failed and its failover is still to come
+     * (deferred because the transport reported the error inside one of our
+     * calls). What was sent is retained and goes again on the next am lane,
+     * so the flush waits here (the failed transport endpoint queues the
+     * resume request) and moves with the pending requests; the endpoint
+     * failing instead purges it with the error. */
+    ucs_debug("ep %p: am lane flush deferred: %s", seq_ep->super.ucp_ep,
+              ucs_status_string(status));
+    return UCS_ERR_NO_RESOURCE;
+}
+
+/* Requests that waited for the window, dispatched from progress */
+static unsigned ucp_failover_seq_dispatch(void *arg)
+{
+    ucp_failover_seq_ep_t *seq_ep = arg;
+    ucp_worker_h worker           = seq_ep->super.ucp_ep->worker;
+
+    UCS_ASYNC_BLOCK(&worker->async);
+    seq_ep->dispatch_id = UCS_CALLBACKQ_ID_NULL;
+    ucp_failover_seq_kick(seq_ep);
+    UCS_ASYNC_UNBLOCK(&worker->async);
+    return 1;
+}
+
+void ucp_failover_seq_dispatch_schedule(ucp_failover_seq_ep_t *seq_ep)
+{
+    ucp_worker_h worker = seq_ep->super.ucp_ep->worker;
+
+    if (seq_ep->dispatch_id != UCS_CALLBACKQ_ID_NULL) {
+        return;
+    }
+
+    uct_worker_progress_register_safe(worker->uct, ucp_failover_seq_dispatch,
+                                      seq_ep, UCS_CALLBACKQ_FLAG_ONESHOT,
+                                      &seq_ep->dispatch_id);
+    ucp_worker_signal_internal(worker);
+}
+
+/* The limits of the transport endpoint of @a lane, as the wrapper sends */
+void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
+                                ucp_lane_index_t lane)
+{
+    const uct_iface_attr_t *attr;
+
+    /* the limits UCP sees are the transport's less the trailer
+     * (ucp_failover_iface_attr) */
+    attr              = ucp_worker_iface_get_attr(ep->worker,
+                                                  ucp_ep_get_rsc_index(ep,
+                                                                       lane));
+    seq_ep->max_short   = (attr->cap.flags & UCT_IFACE_FLAG_AM_SHORT) ?
+                          (attr->cap.am.max_short +
+                           UCP_FAILOVER_SEQ_HDR_LEN) :
+                          0;
+    seq_ep->max_bcopy   = attr->cap.am.max_bcopy + UCP_FAILOVER_SEQ_HDR_LEN;
+    seq_ep->retain      = ep->worker->context->config.ext.multirail.retain;
+    seq_ep->retain_half = seq_ep->retain / 2;
+}
+
+/*
+ * The wrapper stops sending its stream (it is destroyed, or unwrapped while
+ * busy). A data stream is orphaned then: what it did not see acknowledged
+ * goes again, by the am lane's wrapper (its lane failed, or became the am
+ * lane; a fragment that arrives twice is dropped as a duplicate).
+ */
+void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
+{
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+
+    if ((seq_ep->seq != NULL) && (seq_ep->seq->seq_ep == seq_ep)) {
+        seq_ep->seq->seq_ep = NULL;
+    }
+
+    seq_ep->stream = NULL;
+    ucp_failover_pool_cancel(&seq_ep->pool_waiter);
+    if ((st == NULL) || (st->seq_ep != seq_ep)) {
+        return;
+    }
+
+    st->seq_ep = NULL;
+    if (st->id == 0) {
+        return;
+    }
+
+    st->unsent     = ucp_failover_seq_first_retained(st);
+    st->orphaned   = ucs_queue_length(&st->retained);
+    st->tx_resent += st->orphaned;
+}
+
+UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
+                    ucp_failover_seq_t *seq, ucp_failover_seq_stream_t *st,
+                    ucp_lane_index_t lane)
+{
+    UCS_CLASS_CALL_SUPER_INIT(ucp_proxy_ep_t, &ucp_failover_seq_ep_ops, ep,
+                              tl_ep, 1);
+    self->seq                 = seq;
+    self->stream              = st;
+    self->resume.func         = ucp_failover_seq_resume_progress;
+    self->resume_queued       = 0;
+    self->resume_ep           = NULL;
+    self->window_full         = 0;
+    self->pool_waiter.waiting = 0;
+    self->pool_waiter.cb      = ucp_failover_seq_pool_wake;
+    self->dispatching         = 0;
+    self->dispatch_id         = UCS_CALLBACKQ_ID_NULL;
+    self->worker              = ep->worker;
+    self->busy                = 0;
+    self->dead                = 0;
+    self->failing             = 0;
+    ucp_failover_seq_ep_limits(self, ep, lane);
+    ucs_queue_head_init(&self->pending);
+    st->seq_ep          = self;
+    return UCS_OK;
+}
+
+static UCS_CLASS_CLEANUP_FUNC(ucp_failover_seq_ep_t)
+{
+    uct_pending_req_priv_queue_t *priv;
+
+    /* requests that waited in a wrapper unwrapped while busy: the endpoint
+     * failed */
+    uct_pending_queue_purge(priv, &self->pending, 1, ucp_ep_err_pending_purge,
+                            UCS_STATUS_PTR(UCS_ERR_CANCELED));
+    uct_worker_progress_unregister_safe(self->worker->uct, &self->dispatch_id);
+    ucp_failover_seq_ep_detach(self);
+}
+
+UCS_CLASS_DEFINE(ucp_failover_seq_ep_t, ucp_proxy_ep_t);
+UCS_CLASS_DEFINE_NAMED_NEW_FUNC(ucp_failover_seq_ep_create, ucp_failover_seq_ep_t,
+                                uct_ep_t, ucp_ep_h, uct_ep_h,
+                                ucp_failover_seq_t*,
+                                ucp_failover_seq_stream_t*, ucp_lane_index_t);
+static UCS_CLASS_DEFINE_NAMED_DELETE_FUNC(ucp_failover_seq_ep_destroy,
+                                          ucp_failover_seq_ep_t, uct_ep_t);
+
+static uct_iface_ops_t ucp_failover_seq_ep_ops = {
+    .ep_am_short     = ucp_failover_seq_ep_am_short,
+    .ep_am_short_iov = ucp_failover_seq_ep_am_short_iov,
+    .ep_am_bcopy     = ucp_failover_seq_ep_am_bcopy,
+    .ep_am_zcopy     = ucp_failover_seq_ep_am_zcopy,
+    .ep_pending_add  = ucp_failover_seq_ep_pending_add,
+    .ep_pending_purge = ucp_failover_seq_ep_pending_purge,
+    .ep_flush        = ucp_failover_seq_ep_flush,
+    .ep_destroy      = ucp_failover_seq_ep_destroy
+};

@@ -1,0 +1,61 @@
+# Bounded memory on the test bed (sourced by contrib/test.sh): what the
+# sender keeps for failover is bounded, whatever the receiver does.
+
+# t_memory_stopped_receiver SECS: the receiving process is stopped (SIGSTOP)
+# for SECS seconds while the sender streams every API, then resumed; once
+# with failover off and once on, on the same bed. The sender retains its
+# messages until the receiver acknowledges them, up to UCX_MULTIRAIL_RETAIN
+# per endpoint (counted by the buffers it holds, docs/design.md "Memory");
+# then its requests wait. So the sender's peak resident set with failover on
+# may exceed the one with failover off by at most RETAIN plus
+# MR_MEM_SLACK_KB (the pools' partly used chunks and the module's own state);
+# nothing may be lost, duplicated, reordered or corrupted, no lane may fail
+# over, and the receiver must really have been stopped.
+t_memory_stopped_receiver() {
+    local secs=$1 fo dir pid n rss_off rss_on retain_kb=1024
+    local slack_kb=${MR_MEM_SLACK_KB:-1024}
+    "$MR_BED" up --rails 2
+    for fo in n y; do
+        dir=$MR_DIR/failover_$fo
+        mkdir -p "$dir"
+        mr_server_start "$dir" 2 UCX_MULTIRAIL_FAILOVER=$fo \
+            UCX_LOG_LEVEL=info -- --hang-timeout $((secs + 30)) \
+            --sizes 8,1k,8k,64k || { mr_fail "server did not start"; return 0; }
+        mr_client_start "$dir" 2 UCX_MULTIRAIL_FAILOVER=$fo \
+            UCX_LOG_LEVEL=info -- --duration $((secs + 8)) \
+            --hang-timeout $((secs + 30)) --sizes 8,1k,8k,64k
+        # the traffic runs, then the receiver stops for SECS seconds
+        mr_wait_line "$dir/client.out" '^TL .* msgs=[1-9]' 30 ||
+            mr_fail "failover=$fo: the client sent nothing"
+        pid=$(pgrep -P "$(cat "$dir/server.pid")" -x mr_check || true)
+        if [ -z "$pid" ]; then
+            mr_fail "failover=$fo: no server process to stop"
+        else
+            kill -STOP "$pid"
+            sleep "$secs"
+            grep -q "^State:.*stopped" "/proc/$pid/status" ||
+                mr_fail "failover=$fo: the server was not stopped"
+            kill -CONT "$pid"
+        fi
+        MR_DIR=$dir mr_pair_wait "$dir"
+        mr_expect_clean "$dir"
+        for role in client server; do
+            n=$(mr_count_running "$dir/$role.out" "failed \\(")
+            mr_expect_eq "failover=$fo $role lane failovers" 0 "$n"
+        done
+        eval "rss_$([ $fo = y ] && echo on || echo off)=\$(mr_result \
+            \"\$dir/client.out\" max_rss_kb)"
+    done
+    mr_note+=" stop=${secs}s client_max_rss_kb_off=${rss_off:-?}"
+    mr_note+=" on=${rss_on:-?} bound=+${retain_kb}+${slack_kb}"
+    [ -n "$rss_off" ] && [ -n "$rss_on" ] ||
+        { mr_fail "no peak RSS in the client's result"; return 0; }
+    [ $((rss_on - rss_off)) -le $((retain_kb + slack_kb)) ] ||
+        mr_fail "the sender's peak RSS grew by $((rss_on - rss_off)) kB with" \
+            "failover on (bound: RETAIN ${retain_kb} kB + ${slack_kb} kB)"
+}
+
+mr_memory_all() {
+    mr_run_test memory_stopped_receiver_30s t_memory_stopped_receiver 30
+    "$MR_BED" down
+}
