@@ -8,12 +8,12 @@
  * fragments) comes from a worker's pool of size buckets, so that a message
  * costs no malloc/free and holds what its size needs.
  *
- * Bucket k holds buffers of up to (64 << k) + 128 bytes, k = 0..8: 192,
- * 256, 384, 640, 1152, 2176, 4224, 8320 and 16512 bytes. The slack of 128
- * bytes over a power of two lets a full fragment of the usual transports
- * (max_bcopy 8 KiB less their header) with its trailer and the entry's own
- * header fit the 8320-byte bucket instead of the next one. A larger buffer
- * (a zero-copy message copied whole) is malloc'ed, and counted in the pool.
+ * The buckets are UCS's memory pool set: a buffer holds a power of two from
+ * 64 bytes to 16 KiB plus 128 bytes (192, 256, 384, ..., 8320, 16512). The
+ * slack of 128 bytes lets a full fragment of the usual transports (max_bcopy
+ * 8 KiB less their header) with its trailer and the entry's own header fit
+ * the 8320-byte bucket instead of the next one. A larger buffer (a zero-copy
+ * message copied whole) is malloc'ed, and counted in the pool.
  *
  * Lifetime. The pool belongs to the worker's failover state, which is
  * released before the worker's endpoints (ucp_worker_destroy), and a buffer
@@ -56,11 +56,10 @@ static ucs_mpool_ops_t ucp_failover_pool_ops = {
 ucp_failover_pool_t *ucp_failover_pool_create(ucp_worker_h worker,
                                               size_t limit)
 {
+    size_t sizes[ucs_ilog2(UCP_FAILOVER_POOL_MAX / UCP_FAILOVER_POOL_MIN) + 1];
     ucp_failover_pool_t *pool;
     ucs_status_t status;
-    char name[32];
-    size_t size;
-    unsigned k;
+    unsigned i;
 
     pool = ucs_calloc(1, sizeof(*pool), "failover_pool");
     if (pool == NULL) {
@@ -69,19 +68,29 @@ ucp_failover_pool_t *ucp_failover_pool_create(ucp_worker_h worker,
         return NULL;
     }
 
-    for (k = 0; k < UCP_FAILOVER_POOL_BUCKETS; ++k) {
-        size = ucp_failover_pool_bucket_size(k);
-        ucs_snprintf_zero(name, sizeof(name), "failover_buf_%zu", size);
-        /* chunks of about 32 KiB */
-        status = ucs_mpool_init(&pool->buckets[k], 0, size, 0,
-                                UCS_SYS_CACHE_LINE_SIZE,
-                                ucs_max(4, (32 * UCS_KBYTE) / size), UINT_MAX,
-                                &ucp_failover_pool_ops, name);
-        if (status != UCS_OK) {
-            ucs_error("worker %p: cannot create the failover buffer pool of "
-                      "%zu bytes: %s", worker, size,
-                      ucs_status_string(status));
-            goto err;
+    for (i = 0; i < ucs_static_array_size(sizes); ++i) {
+        sizes[i] = UCP_FAILOVER_POOL_MIN << i;
+    }
+
+    /* 8 buffers a chunk: 1.5 KiB for the smallest, 130 KiB for the
+     * largest */
+    status = ucs_mpool_set_init(&pool->buffers, sizes,
+                                ucs_static_array_size(sizes),
+                                UCP_FAILOVER_POOL_MAX, sizeof(pool),
+                                UCP_FAILOVER_POOL_SLACK, 0,
+                                UCS_SYS_CACHE_LINE_SIZE, 8, UINT_MAX,
+                                &ucp_failover_pool_ops, "failover_buffers");
+    if (status != UCS_OK) {
+        ucs_error("worker %p: cannot create the failover buffer pool: %s",
+                  worker, ucs_status_string(status));
+        ucs_free(pool);
+        return NULL;
+    }
+
+    for (i = 0; i < UCS_MPOOL_SET_SIZE; ++i) {
+        if (pool->buffers.map[i] != NULL) {
+            *(ucp_failover_pool_t**)ucs_mpool_priv(pool->buffers.map[i]) =
+                    pool;
         }
     }
 
@@ -90,13 +99,6 @@ ucp_failover_pool_t *ucp_failover_pool_create(ucp_worker_h worker,
     pool->half     = limit / 2;
     ucs_list_head_init(&pool->waiters);
     return pool;
-
-err:
-    while (k-- > 0) {
-        ucs_mpool_cleanup(&pool->buckets[k], 0);
-    }
-    ucs_free(pool);
-    return NULL;
 }
 
 /* The pool holds less than its limit: every waiter is called, in the order
@@ -119,13 +121,9 @@ void ucp_failover_pool_wake(ucp_failover_pool_t *pool)
 
 void ucp_failover_pool_destroy(ucp_failover_pool_t *pool)
 {
-    unsigned k;
-
     ucs_assertv(pool->held == 0, "pool %p held %zu", pool, pool->held);
     ucs_assert(ucs_list_is_empty(&pool->waiters));
-    for (k = 0; k < UCP_FAILOVER_POOL_BUCKETS; ++k) {
-        ucs_mpool_cleanup(&pool->buckets[k], 1);
-    }
+    ucs_mpool_set_cleanup(&pool->buffers, 1);
     ucs_free(pool);
 }
 

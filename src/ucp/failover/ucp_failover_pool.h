@@ -16,6 +16,8 @@
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/mpool.h>
 #include <ucs/datastruct/mpool.inl>
+#include <ucs/datastruct/mpool_set.h>
+#include <ucs/datastruct/mpool_set.inl>
 #include <ucs/sys/compiler_def.h>
 #include <ucs/sys/math.h>
 
@@ -23,9 +25,12 @@
 
 BEGIN_C_DECLS
 
-/* Bucket k holds buffers of up to (64 << k) + 128 bytes */
-#define UCP_FAILOVER_POOL_BUCKETS 9
-#define UCP_FAILOVER_POOL_MIN_LOG 6
+/* A buffer holds a power of two from 64 to 16 KiB, plus 128 bytes (UCS's
+ * mpool set, its per-element area): a full fragment of 8 KiB less the
+ * transport's header, with the trailer and the retained entry's header,
+ * fits the 8 KiB bucket. Larger buffers are malloc'ed */
+#define UCP_FAILOVER_POOL_MIN     64
+#define UCP_FAILOVER_POOL_MAX     (16 * 1024)
 #define UCP_FAILOVER_POOL_SLACK   128
 
 
@@ -47,7 +52,7 @@ typedef struct ucp_failover_pool {
     size_t          half;     /* limit / 2 */
     unsigned        refcount; /* the owner's, users', and one per buffer */
     ucs_list_link_t waiters;  /* ucp_failover_pool_waiter_t */
-    ucs_mpool_t     buckets[UCP_FAILOVER_POOL_BUCKETS];
+    ucs_mpool_set_t buffers;  /* each mpool's priv: this pool */
 } ucp_failover_pool_t;
 
 
@@ -76,28 +81,21 @@ void ucp_failover_pool_wait(ucp_failover_pool_t *pool,
 void ucp_failover_pool_cancel(ucp_failover_pool_waiter_t *waiter);
 
 
-/* The largest buffer of bucket @a k */
-static UCS_F_ALWAYS_INLINE size_t ucp_failover_pool_bucket_size(unsigned k)
+/* What a buffer for @a size bytes holds beyond the slack: UCS's mpool set
+ * takes a size from the pool whose power of two is larger */
+static UCS_F_ALWAYS_INLINE size_t ucp_failover_pool_payload(size_t size)
 {
-    return ((size_t)1 << (UCP_FAILOVER_POOL_MIN_LOG + k)) +
-           UCP_FAILOVER_POOL_SLACK;
+    return (size > UCP_FAILOVER_POOL_SLACK) ?
+           (size - UCP_FAILOVER_POOL_SLACK) : 0;
 }
 
 
-/* The bucket of a buffer of @a size bytes, or UCP_FAILOVER_POOL_BUCKETS if
- * none is large enough (the bucket of a bucket's size is that bucket) */
-static UCS_F_ALWAYS_INLINE unsigned ucp_failover_pool_bucket(size_t size)
+/* What the buffer for @a size bytes holds, if it comes from a bucket */
+static UCS_F_ALWAYS_INLINE size_t ucp_failover_pool_bucket_size(size_t size)
 {
-    unsigned k;
-
-    if (size <= ucp_failover_pool_bucket_size(0)) {
-        return 0;
-    }
-
-    /* the least k with (64 << k) >= size - 128 */
-    k = ucs_ilog2(size - UCP_FAILOVER_POOL_SLACK - 1) + 1 -
-        UCP_FAILOVER_POOL_MIN_LOG;
-    return ucs_min(k, UCP_FAILOVER_POOL_BUCKETS);
+    return ucs_max(ucs_roundup_pow2(ucp_failover_pool_payload(size) + 1),
+                   UCP_FAILOVER_POOL_MIN) +
+           UCP_FAILOVER_POOL_SLACK;
 }
 
 
@@ -128,13 +126,15 @@ ucp_failover_pool_unref(ucp_failover_pool_t *pool)
 static UCS_F_ALWAYS_INLINE void *
 ucp_failover_pool_get(ucp_failover_pool_t *pool, size_t size, size_t *held_p)
 {
-    unsigned k = ucp_failover_pool_bucket(size);
     void *buf;
 
-    if (ucs_likely((pool != NULL) && (k < UCP_FAILOVER_POOL_BUCKETS))) {
-        buf = ucs_mpool_get_inline(&pool->buckets[k]);
+    if (ucs_likely((pool != NULL) &&
+                   (ucp_failover_pool_payload(size) <
+                    UCP_FAILOVER_POOL_MAX))) {
+        buf = ucs_mpool_set_get_inline(&pool->buffers,
+                                       ucp_failover_pool_payload(size));
         if (ucs_likely(buf != NULL)) {
-            *held_p     = ucp_failover_pool_bucket_size(k);
+            *held_p     = ucp_failover_pool_bucket_size(size);
             pool->held += *held_p;
             ++pool->refcount;
         }
@@ -155,12 +155,10 @@ static UCS_F_ALWAYS_INLINE void ucp_failover_pool_put(void *buf, size_t held)
         return;
     }
 
-    /* a pooled buffer holds its bucket's size: the bucket's index */
-    pool        = ucs_container_of(elem->mpool -
-                                   ucp_failover_pool_bucket(held),
-                                   ucp_failover_pool_t, buckets);
+    /* each memory pool's private area names the failover pool */
+    pool        = *(ucp_failover_pool_t**)(elem->mpool->data + 1);
     pool->held -= held;
-    ucs_mpool_put_inline(buf);
+    ucs_mpool_set_put_inline(buf);
     if (ucs_unlikely(!ucs_list_is_empty(&pool->waiters)) &&
         (pool->held < pool->limit)) {
         ucp_failover_pool_wake(pool);

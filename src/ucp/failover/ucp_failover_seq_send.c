@@ -853,9 +853,9 @@ ucp_failover_seq_entry_shrink(ucp_failover_seq_t *seq,
 {
     ucp_failover_seq_entry_t *small;
 
-    if (ucp_failover_pool_bucket(sizeof(*entry) + length +
-                                 UCP_FAILOVER_SEQ_HDR_LEN) >=
-        ucp_failover_pool_bucket(entry->held)) {
+    if (ucp_failover_pool_bucket_size(sizeof(*entry) + length +
+                                      UCP_FAILOVER_SEQ_HDR_LEN) >=
+        entry->held) {
         return entry;
     }
 
