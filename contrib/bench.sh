@@ -172,9 +172,9 @@ for ((r = 1; r <= runs; r++)); do
         tno=$((tno + 1))
         for v in $variants; do
             # shellcheck disable=SC2086
-            read -r lat bw rate < <(run_one "$v" $args)
+            read -r lat bw msgrate < <(run_one "$v" $args)
             case $field in
-                lat) val=$lat ;; bw) val=$bw ;; rate) val=$rate ;;
+                lat) val=$lat ;; bw) val=$bw ;; rate) val=$msgrate ;;
             esac
             echo "$v $r $tno $val" | tee -a "$out/raw.txt" >&2
         done
@@ -215,10 +215,11 @@ vname() {
             awk -v n="$name ($unit)" -v vn="$(vname $v)" -v m="$med" \
                 -v rg="$range" -v s="$stock" -v o="$off" -v v=$v \
                 'BEGIN { split(rg, r, " ");
+                         oo = "-";
+                         if (v == "on" || v == "pin" || v == "prev")
+                             oo = sprintf("%.3f", m / o);
                          printf "| %s | %s | %.3f | %.3f..%.3f | %.3f | %s |\n",
-                                n, vn, m, r[1], r[2], m / s,
-                                (v == "on" || v == "pin" || v == "prev") ?
-                                sprintf("%.3f", m / o) : "-" }'
+                                n, vn, m, r[1], r[2], m / s, oo }'
         done
     done <<<"$tests"
 } | tee "$out/table.md"
