@@ -45,35 +45,6 @@ env_fo="UCX_MULTIRAIL_FAILOVER=y UCX_LOG_LEVEL=info"
 first_failover() {
     grep -m1 "tcp/r1 failed (" "$1" | sed -n 's/^\[\([0-9.]*\)\].*/\1/p'
 }
-# percentile Q (0..1) of the numbers on stdin, in ms; "-" lines are skipped
-pct() { grep -v '^-' | sort -g | awk -v q="$1" '{a[NR] = $1} END {
-    if (NR == 0) { print "-"; exit }
-    i = int(q * NR + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR
-    printf "%.1f", a[i] * 1000 }'; }
-# "p50 / p99 / max" of column COL of FILE
-pcts() {
-    local col=$1 file=$2
-    echo "$(cut -d' ' -f"$col" "$file" | pct 0.5) /" \
-         "$(cut -d' ' -f"$col" "$file" | pct 0.99) /" \
-         "$(cut -d' ' -f"$col" "$file" | pct 1.0)"
-}
-# completions FILE T_FAULT T_FAILOVER: from the client's SLOW records (ops
-# that took >= 10 ms), the time from the fault to the first completion after
-# the failover of an operation in flight at the fault, and to the last
-# completion of those ("-" when none was still in flight at the failover:
-# the lane carried none of it)
-completions() {
-    awk -v t="$2" -v d="$3" '/^SLOW / {
-        for (i = 2; i <= NF; i++) { split($i, kv, "=")
-            if (kv[1] == "post") p = kv[2]; if (kv[1] == "done") c = kv[2] }
-        if (p < t && c > t) {
-            if (c > d && (first == "" || c < first)) first = c
-            if (c > last) last = c
-        } }
-        END { if (first == "") print "- -"
-              else printf "%.6f %.6f\n", first - t, last - t }' "$1"
-}
-
 # eps_cycles N CYCLES KIND SIDE: one pair of processes with N more idle
 # worker-address endpoints, CYCLES faults of r1 each followed by its restore
 # and the recovery of every endpoint's lane

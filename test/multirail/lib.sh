@@ -120,6 +120,26 @@ mr_rail_tx_between() {
         END { printf "%.0f\n", s }'
 }
 
+# mr_expect_failover_within ROLE LANE T_FAULT [BOUND]: ROLE's output
+# ($MR_DIR/ROLE.out) shows LANE (tcp/r1, rc_verbs/rxe1:1) failed over; the
+# time from T_FAULT (with the reason) goes into the note and, given BOUND
+# (seconds), must be under it. Sets mr_failover_w (its wall time, or empty)
+mr_expect_failover_within() {
+    local role=$1 lane=$2 t=$3 bound=${4:-} f=$MR_DIR/$1.out dt why
+    mr_failover_w=$(grep -m1 -F "$lane failed (" "$f" |
+                    sed -n 's/^\[\([0-9.]*\)\].*/\1/p')
+    if [ -z "$mr_failover_w" ]; then
+        mr_fail "$role did not fail $lane over"
+        return 0
+    fi
+    dt=$(mr_elapsed "$t" "$mr_failover_w")
+    why=$(grep -m1 -F "$lane failed (" "$f" |
+          sed 's/.* failed (\([^)]*\)).*/\1/; s/ /_/g')
+    mr_note+=" ${role}_failover_after=${dt}s($why)"
+    [ -z "$bound" ] || awk -v d="$dt" -v b="$bound" 'BEGIN { exit !(d < b) }' ||
+        mr_fail "$role took ${dt}s to fail $lane over (bound ${bound}s)"
+}
+
 mr_now() { date +%s.%N; }
 
 mr_elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }

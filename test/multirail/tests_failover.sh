@@ -58,7 +58,7 @@ mr_expect_am_agree() {
 # MR_FAULT_IDLE=1 the rails' traffic after the fault is not checked.
 t_failover_fault() {
     local rails=$1 kind=$2 rail=$3 side=$4 conn=$5 errmode=$6 MR_NET_MGMT=1
-    local t_fault role w dt i tx
+    local t_fault role w i tx
     shift 6
     [ "$conn" = address ] && MR_NET_MGMT=0
     "$MR_BED" up --rails "$rails" --rate 500mbit
@@ -71,18 +71,8 @@ t_failover_fault() {
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
     for role in client server; do
-        w=$(mr_failover_wall "$MR_DIR/$role.out" "r$rail")
-        if [ -z "$w" ]; then
-            mr_fail "$role did not fail over r$rail"
-            continue
-        fi
-        dt=$(mr_elapsed "$t_fault" "$w")
-        mr_note+=" ${role}_failover_after=${dt}s($(grep -m1 -o \
-            "tcp/r$rail failed ([^)]*)" "$MR_DIR/$role.out" |
-            sed 's/.*failed (//; s/)$//; s/ /_/g'))"
-        [ -z "${MR_FAULT_BOUND:-}" ] ||
-            awk -v d="$dt" -v b="$MR_FAULT_BOUND" 'BEGIN { exit !(d < b) }' ||
-            mr_fail "$role took ${dt}s to fail over r$rail (bound ${MR_FAULT_BOUND}s)"
+        mr_expect_failover_within "$role" "tcp/r$rail" "$t_fault" \
+            "${MR_FAULT_BOUND:-}"
     done
     # the am lane's rail: both sides move the am lane to the same rail
     [ "$rail" = 0 ] && mr_expect_am_agree

@@ -14,6 +14,12 @@ export ROCE_LOCK=
 mr_roce_up=0
 mr_roce_port=13400
 
+# The failure timeout on this bed (UCX_MULTIRAIL_PROBE_TIMEOUT): the TCG
+# guests are orders of magnitude slower than an HCA, and a loaded guest can
+# leave a healthy rail's acknowledgements unanswered for a few hundred ms;
+# RC's QP timeouts come from it (4 attempts of 268 ms with 2 s)
+MR_ROCE_PROBE_TIMEOUT=${MR_ROCE_PROBE_TIMEOUT:-2s}
+
 # The UCX environment of a checker in a guest. Worker-address endpoints
 # (no CM) need an auxiliary transport to carry wireup over RC: ud_verbs, as
 # on any InfiniBand/RoCE cluster (MR_ROCE_TLS=rc_verbs,ud_verbs)
@@ -21,7 +27,8 @@ mr_roce_env() {
     local tls=${MR_ROCE_TLS:-rc_verbs}
     echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_TLS=$tls,tcp" \
          "UCX_NET_DEVICES=rxe0:1,rxe1:1,eth0 UCX_MAX_EAGER_RAILS=2" \
-         "UCX_MAX_RNDV_RAILS=2 UCX_IB_ROCE_LOCAL_SUBNET=y UCX_LOG_LEVEL=info"
+         "UCX_MAX_RNDV_RAILS=2 UCX_IB_ROCE_LOCAL_SUBNET=y UCX_LOG_LEVEL=info" \
+         "UCX_MULTIRAIL_PROBE_TIMEOUT=$MR_ROCE_PROBE_TIMEOUT"
 }
 
 # Boot the guests (once); 1 if they do not come up
@@ -188,11 +195,72 @@ t_roce_link_cut() {
     mr_note="eth$((rail + 1))_tx_after_heal=$tx_after"
 }
 
+# How long after a silent fault is in place both sides may take to fail its
+# lane over (seconds): the failure timeout (MR_ROCE_PROBE_TIMEOUT, 2 s),
+# plus the guests' clock difference (within ~0.2 s) and a TCG guest's delay
+# in reaping the error
+MR_ROCE_DETECT_BOUND=${MR_ROCE_DETECT_BOUND:-3}
+
+# t_roce_drop KIND GUEST RAIL LOAD(busy|idle) [APIS]: a silent fault, the
+# carriers up (no port event), 4 s into the traffic, lifted 8 s later (a job
+# in a busy guest takes a few seconds more). KIND drop: nftables in both
+# guests drops what arrives on RAIL (both directions silent); drop-in: in
+# GUEST only (what GUEST sends gets through). Busy (every size: rendezvous
+# data in flight on the lane), the lane's RC QPs complete with "retry
+# exceeded": the QP timeout and retry count come from the failure timeout
+# (soft-RoCE retries forever with UCX's default count of 7); idle (small
+# messages only: eager rides the am lane), a probe's does. Both sides fail
+# the lane over within MR_ROCE_DETECT_BOUND of the fault, clean, the lane
+# comes back on both sides after it is lifted, and (busy) the rail carries
+# traffic again.
+t_roce_drop() {
+    local kind=$1 g=$2 rail=$3 load=$4 apis=${5:-tag,am,stream,rma,amo}
+    local tag=$1-$2-$3-$4 dur=45 dev=rxe$3 sizes=() role out back
+    local t_fault t_restore tx_after
+    [ "$load" = idle ] && sizes=(--sizes 8,64,512,4k)
+    mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
+    mr_roce_pair_start "$tag" y "$dur" -- --conn sockaddr --err-mode peer \
+        --apis "$apis" "${sizes[@]}" ||
+        { mr_fail "server did not listen"; mr_roce_pair_wait "$tag" "$dur";
+          return 0; }
+    mr_roce_wait_traffic "$tag" || mr_fail "no traffic"
+    sleep 4
+    out=$("$MR_VM" fault "$kind" "$g" "$rail" 2>&1) ||
+        mr_fail "fault $kind: $out"
+    echo "$out" >>"$MR_DIR/faults.log"
+    t_fault=$(sed -n 's/^applied //p' <<<"$out")
+    sleep 8
+    out=$("$MR_VM" restore "$kind" "$g" "$rail" 2>&1) ||
+        mr_fail "restore $kind: $out"
+    echo "$out" >>"$MR_DIR/faults.log"
+    t_restore=$(sed -n 's/^applied //p' <<<"$out")
+    mr_roce_pair_wait "$tag" "$dur"
+    mr_expect_clean "$MR_DIR"
+    [ -n "$t_fault" ] && [ -n "$t_restore" ] ||
+        { mr_fail "no time of the fault or its removal"; return 0; }
+    for role in client server; do
+        mr_expect_failover_within "$role" "rc_verbs/$dev:1" "$t_fault" \
+            "$MR_ROCE_DETECT_BOUND"
+        back=$(awk '/^RESULT/ { exit } { print }' "$MR_DIR/$role.out" |
+               grep -E "rc_verbs/$dev:1 (failed \(|is back)" | tail -1)
+        grep "is back" >/dev/null <<<"$back" ||
+            mr_fail "$role: the $dev lane is not back (last: ${back:0:160})"
+    done
+    [ "$load" = busy ] || return 0
+    tx_after=$(mr_rail_tx_between "$MR_DIR/client.out" "eth$((rail + 1))" \
+               "$(awk -v t="$t_restore" 'BEGIN { printf "%.3f", t + 3 }')")
+    [ "$tx_after" -gt 100000 ] ||
+        mr_fail "rail $rail carried $tx_after bytes after the drop (+3 s)"
+    mr_note+=" eth$((rail + 1))_tx_after_lift=$tx_after"
+}
+
 mr_roce_all() {
     local any=0 name
     for name in roce_bed roce_healthy_failover_off_sockaddr_peer \
                 roce_healthy_failover_on_sockaddr_peer \
-                roce_reported_case_link_r1_a roce_link_r0_amlane_b; do
+                roce_reported_case_link_r1_a roce_link_r0_amlane_b \
+                roce_drop_r1_busy roce_dropin_r1_idle_b \
+                roce_drop_r0_amlane_busy; do
         if [ -z "${MR_FILTER:-}" ] || [[ $name == $MR_FILTER ]]; then
             any=1
         fi
@@ -216,6 +284,11 @@ mr_roce_all() {
     # a hardware atomic in flight on the failing lane is not re-driven yet
     # (it completes with an error), so atomics are left out of this one
     mr_run_test roce_link_r0_amlane_b t_roce_link_cut b 0 sockaddr peer \
+        tag,am,stream,rma
+    # silent faults (carrier up): a busy lane, an idle one, the am lane's
+    mr_run_test roce_drop_r1_busy t_roce_drop drop a 1 busy
+    mr_run_test roce_dropin_r1_idle_b t_roce_drop drop-in b 1 idle
+    mr_run_test roce_drop_r0_amlane_busy t_roce_drop drop b 0 busy \
         tag,am,stream,rma
     mr_roce_down
 }

@@ -58,10 +58,18 @@
 # Fault kinds:
 #   link        QEMU monitor "set_link rN off": the guest NIC loses carrier,
 #               nothing passes (the peer keeps its carrier: silent for it)
-#   drop        nftables table "mrfo_roce_drop_rN" (family netdev) in the
-#               guest, ingress and egress chains on the rail's interface with
-#               policy drop: everything (RoCE v2 is UDP 4791, ARP too) is
-#               dropped in and out, the carrier stays up
+#   drop        the rail silently drops everything both ways, the carriers
+#               stay up: nftables table "mrfo_roce_drop_rN" (family netdev)
+#               in BOTH guests, an ingress chain on the rail's interface
+#               with policy drop (RoCE v2 is UDP 4791, ARP too). Not an
+#               egress chain: Debian 6.1's rxe sends a packet dropped on
+#               its own host again at once, in a loop (a soft lockup of the
+#               guest for as long as the drop lasts; fixed in later kernels),
+#               while a drop on the wire is what RC's retries are for.
+#               Prints "applied T", T the guest's time ($EPOCHREALTIME) when
+#               the first of the two (or of their removals) was in place
+#   drop-in     the same in GUEST only: what it receives on the rail is
+#               dropped, what it sends gets through (one direction silent)
 #   rxe-delete  "rdma link delete rxeN" in the guest (restore: "rdma link add")
 #
 # What it creates (all under build/roce/, which is not committed):
@@ -637,9 +645,27 @@ monitor_cmd() {
 
 nft_table() { echo "mrfo_roce_drop_r$1"; }
 
+# drop_cmd fault|restore GUEST RAIL: the ingress drop of RAIL in GUEST put
+# in place or removed; "applied T" (the guest's time) in $run/drop.GUEST
+drop_cmd() {
+    local dev=eth$(($3 + 1)) out
+    if [ "$1" = fault ]; then
+        out=$(vm_exec "$2" "nft -f - <<'NFT' &&
+table netdev $(nft_table "$3") {
+    chain in { type filter hook ingress device \"$dev\" priority -500; policy drop; }
+}
+NFT
+echo \"applied \$EPOCHREALTIME\"") || return 1
+    else
+        out=$(vm_exec "$2" "nft delete table netdev $(nft_table "$3") &&
+echo \"applied \$EPOCHREALTIME\"") || return 1
+    fi
+    sed -n 's/^applied /applied /p' <<<"$out" >"$run/drop.$2"
+}
+
 # fault_cmd fault|restore KIND GUEST RAIL: inject a fault, or undo it
 fault_cmd() {
-    local action=$1 kind=$2 g=$3 r=$4 dev on
+    local action=$1 kind=$2 g=$3 r=$4 dev on p1 p2 rc
     check_guest "$g"
     check_rail "$r"
     dev=eth$((r + 1))
@@ -648,15 +674,20 @@ fault_cmd() {
             on=$([ "$action" = fault ] && echo off || echo on)
             monitor_cmd "$g" set_link "r$r" "$on"
             echo "$g: set_link r$r $on" ;;
-        fault/drop)
-            vm_exec "$g" "nft -f - <<'NFT'
-table netdev $(nft_table "$r") {
-    chain in { type filter hook ingress device \"$dev\" priority -500; policy drop; }
-    chain out { type filter hook egress device \"$dev\" priority -500; policy drop; }
-}
-NFT" ;;
-        restore/drop)
-            vm_exec "$g" "nft delete table netdev $(nft_table "$r")" ;;
+        fault/drop|fault/drop-in|restore/drop|restore/drop-in)
+            if [ "$kind" = drop ]; then
+                drop_cmd "$action" a "$r" & p1=$!
+                drop_cmd "$action" b "$r" & p2=$!
+                rc=0
+                wait "$p1" || rc=1
+                wait "$p2" || rc=1
+                [ "$rc" = 0 ] || die "$action drop on rail $r failed"
+                sort -k2 -g "$run/drop.a" "$run/drop.b" | sed -n 1p
+            else
+                drop_cmd "$action" "$g" "$r" || die "$action drop-in failed"
+                cat "$run/drop.$g"
+            fi
+            rm -f "$run/drop.a" "$run/drop.b" ;;
         fault/rxe-delete)
             vm_exec "$g" "rdma link delete rxe$r" ;;
         restore/rxe-delete)
@@ -692,9 +723,9 @@ case "$cmd" in
     signal) [ $# -ge 2 ] || die "usage: signal a|b NAME [SIG]"; check_guest "$1"
             check_name "$2"; signal_job "$@" ;;
     addr) [ $# -eq 2 ] || die "usage: addr a|b m|0|1"; addr "$@" ;;
-    fault) [ $# -eq 3 ] || die "usage: fault link|drop|rxe-delete a|b 0|1"
+    fault) [ $# -eq 3 ] || die "usage: fault link|drop|drop-in|rxe-delete a|b 0|1"
            fault_cmd fault "$@" ;;
-    restore) [ $# -eq 3 ] || die "usage: restore link|drop|rxe-delete a|b 0|1"
+    restore) [ $# -eq 3 ] || die "usage: restore link|drop|drop-in|rxe-delete a|b 0|1"
              fault_cmd restore "$@" ;;
     monitor) [ $# -ge 2 ] || die "usage: monitor a|b CMD..."; check_guest "$1"
              monitor_cmd "$@" ;;

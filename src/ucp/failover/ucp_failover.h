@@ -16,7 +16,6 @@
 #include <stdio.h>
 
 struct ucs_string_buffer;
-struct ucp_tl_resource_desc;
 
 
 /**
@@ -149,14 +148,14 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker);
 
 
 /**
- * Interface configuration hook: with failover enabled, set what the
- * transport needs to report a dead path in time (e.g. TCP_USER_TIMEOUT on TCP
- * connections) and to re-connect a lane without blocking (non-blocking TCP
- * connect), unless the user set it.
+ * Interface parameters hook: with failover enabled, ask the transport to
+ * report an endpoint whose path stopped answering within
+ * UCX_MULTIRAIL_PROBE_TIMEOUT (uct_iface_params_t::failure_timeout): TCP
+ * derives TCP_USER_TIMEOUT, its least retransmission timeout and a
+ * non-blocking connect from it, RC its QPs' timeout and retry count.
  */
-void ucp_failover_iface_config(ucp_worker_h worker,
-                               const struct ucp_tl_resource_desc *resource,
-                               uct_iface_config_t *iface_config);
+void ucp_failover_iface_params(ucp_worker_h worker,
+                               uct_iface_params_t *iface_params);
 
 
 /**

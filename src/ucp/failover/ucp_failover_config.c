@@ -38,10 +38,11 @@ ucs_config_field_t ucp_multirail_config_table[] = {
 
   {"MULTIRAIL_PROBE_TIMEOUT", "300ms",
    "A lane whose outstanding work or probes stay unanswered for longer than this\n"
-   "is declared failed. Must be larger than MULTIRAIL_PROBE_INTERVAL. Over TCP it\n"
-   "sets the connections' TCP_USER_TIMEOUT (unless UCX_TCP_USER_TIMEOUT is set)\n"
-   "to this less 200 ms, Linux's least retransmission timeout, and at least\n"
-   "100 ms: Linux counts it from the first retransmission.",
+   "is declared failed. Must be larger than MULTIRAIL_PROBE_INTERVAL. It is the\n"
+   "transports' failure timeout too: each sets its own timeouts from it where\n"
+   "the user did not (TCP: TCP_USER_TIMEOUT two thirds of it less the least\n"
+   "retransmission timeout, UCX_TCP_RTO_MIN a third of it within 50-200 ms,\n"
+   "non-blocking connect; RC: QP timeout and retry count within 80% of it).",
    ucs_offsetof(ucp_multirail_config_t, probe_timeout), UCS_CONFIG_TYPE_TIME},
 
   {"MULTIRAIL_REPROBE_INTERVAL", "200ms",

@@ -38,19 +38,6 @@
 #include <string.h>
 
 
-/* Linux's TCP_RTO_MIN: the earliest first retransmission, in seconds, where
- * the kernel cannot lower it per connection (TCP_RTO_MIN_US, Linux 6.15) */
-#define UCP_FAILOVER_TCP_RTO_MIN          0.2
-
-/* The least retransmission timeout failover sets, in seconds: more than the
- * round trip of a loaded rail (a few ms on the test bed; the kernel adds four
- * times the measured variation on top of it anyway) */
-#define UCP_FAILOVER_TCP_RTO_MIN_MIN      0.05
-
-/* The least TCP_USER_TIMEOUT failover sets, in seconds: twice the queueing
- * delay bound of the test bed's rails (tbf latency 50 ms) */
-#define UCP_FAILOVER_TCP_USER_TIMEOUT_MIN 0.1
-
 /* Where RoCE ports name the network device they run on */
 #define UCP_FAILOVER_IB_NETDEV_FMT \
     "/sys/class/infiniband/%s/ports/%u/gid_attrs/ndevs/0"
@@ -471,80 +458,17 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker)
     ucs_free(fw);
 }
 
-/* Set a UCT/TCP knob (NAME, as in UCX_TCP_NAME) to VALUE unless the user set
- * it in the environment */
-static void
-ucp_failover_tcp_knob_default(const ucp_tl_resource_desc_t *resource,
-                              uct_iface_config_t *iface_config,
-                              const char *name, const char *value)
+void ucp_failover_iface_params(ucp_worker_h worker,
+                               uct_iface_params_t *iface_params)
 {
-    char env_name[64];
-    ucs_status_t status;
-
-    ucs_snprintf_zero(env_name, sizeof(env_name), "%sTCP_%s",
-                      UCS_DEFAULT_ENV_PREFIX, name);
-    if (getenv(env_name) != NULL) {
+    if (!ucp_failover_is_enabled(worker->context)) {
         return;
     }
 
-    status = uct_config_modify(iface_config, name, value);
-    if (status != UCS_OK) {
-        ucs_diag("cannot set %s=%s on %s/%s: %s", env_name, value,
-                 resource->tl_rsc.tl_name, resource->tl_rsc.dev_name,
-                 ucs_status_string(status));
-    }
-}
-
-/* The same for a time in seconds */
-static void
-ucp_failover_tcp_time_default(const ucp_tl_resource_desc_t *resource,
-                              uct_iface_config_t *iface_config,
-                              const char *name, double seconds)
-{
-    char value[32];
-
-    ucs_snprintf_zero(value, sizeof(value), "%.0fus", seconds * 1e6);
-    ucp_failover_tcp_knob_default(resource, iface_config, name, value);
-}
-
-void ucp_failover_iface_config(ucp_worker_h worker,
-                               const ucp_tl_resource_desc_t *resource,
-                               uct_iface_config_t *iface_config)
-{
-    double probe_timeout, rto_min;
-
-    if (!ucp_failover_is_enabled(worker->context) ||
-        strcmp(resource->tl_rsc.tl_name, "tcp")) {
-        return;
-    }
-
-    /* A lane is re-connected while the application runs, possibly over a
-     * rail that still drops everything: a blocking connect() would stop the
-     * whole process until the SYN times out (and the peer, whose data then
-     * sits unread, could time its connections out) */
-    ucp_failover_tcp_knob_default(resource, iface_config, "CONN_NB", "y");
-
-    /* A lost segment is sent again no earlier than the retransmission
-     * timeout's floor, and Linux counts TCP_USER_TIMEOUT from that first
-     * retransmission: a busy lane that went silent fails about floor +
-     * user timeout after its last acknowledgement, plus a tail loss probe
-     * (two round trips) and the time to handle it. The two get two thirds of
-     * the probe timeout, the last third is for the rest. The floor gets a
-     * third, within what the kernel accepts (at most its own 200 ms) and
-     * above a loaded rail's round trip; the user timeout stays above what a
-     * retransmission on a loaded but healthy rail waits for its
-     * acknowledgement. A kernel that cannot lower the floor (before Linux
-     * 6.15) keeps 200 ms, and detection takes that much longer. */
-    probe_timeout = worker->context->config.ext.multirail.probe_timeout;
-    rto_min       = ucs_min(ucs_max(probe_timeout / 3,
-                                    UCP_FAILOVER_TCP_RTO_MIN_MIN),
-                            UCP_FAILOVER_TCP_RTO_MIN);
-    if (rto_min < UCP_FAILOVER_TCP_RTO_MIN) {
-        ucp_failover_tcp_time_default(resource, iface_config, "RTO_MIN",
-                                      rto_min);
-    }
-
-    ucp_failover_tcp_time_default(resource, iface_config, "USER_TIMEOUT",
-                                  ucs_max((2 * probe_timeout / 3) - rto_min,
-                                          UCP_FAILOVER_TCP_USER_TIMEOUT_MIN));
+    /* Each transport sets its own timeouts from it (TCP_USER_TIMEOUT and the
+     * least retransmission timeout, an RC QP's timeout and retry count...),
+     * where the user did not, and does not block for longer */
+    iface_params->field_mask     |= UCT_IFACE_PARAM_FIELD_FAILURE_TIMEOUT;
+    iface_params->failure_timeout = ucs_time_from_sec(
+            worker->context->config.ext.multirail.probe_timeout);
 }
