@@ -12,9 +12,11 @@
 # whether the run was clean (nothing lost, duplicated, reordered, corrupted;
 # no error callback).
 #
-# Times: a drop's from the guest's clock when the nftables table is in place
-# (vm.sh prints it), a carrier loss's from the host's clock when the QEMU
-# monitor took set_link; the guests' clocks follow the host's within ~0.2 s.
+# Times: a drop's from the guest's clock when the first nftables table is
+# in place (vm.sh prints it); a carrier's loss and return from the rxe port
+# events of the guest that lost it (the host's clock and the guests'
+# differ by up to ~0.6 s, the two guests' by less: the other side's figures
+# carry that as an error).
 #
 # Usage: contrib/bench_roce.sh [N] [KIND:GUEST:RAIL ...]
 #        default: 50 link:a:1 drop:a:1
@@ -51,14 +53,37 @@ nth_wall() {
 fault_now() {
     local out t
     if [ "$2" = link ]; then
+        # stamped before: the monitor acts within milliseconds, but the
+        # command returns a second later (socat waits for the answer)
+        t=$(mr_now)
         "$MR_VM" "$1" link "$3" "$4" >/dev/null
-        mr_now
+        echo "$t"
         return 0
     fi
     out=$("$MR_VM" "$1" "$2" "$3" "$4")
     t=$(sed -n 's/^applied //p' <<<"$out")
     [ -n "$t" ] || { echo "$1 $2: no time in '$out'" >&2; return 1; }
     echo "$t"
+}
+
+# link_times EVENTS CLIENT SERVER DEV N: the times of N carrier cycles of
+# DEV from the port events in EVENTS (the log of the guest that lost it)
+link_times() {
+    local k te tl out f
+    for ((k = 1; k <= $5; k++)); do
+        te=$(nth_wall "$1" "IB Async event on $4: port error" "$k")
+        tl=$(nth_wall "$1" "IB Async event on $4: port active" "$k")
+        out=""
+        for f in "$2" "$3"; do
+            out+="$(mr_elapsed "$te" "$(nth_wall "$f" \
+                    "rc_verbs/$4:1 failed (" "$k")") "
+        done
+        for f in "$2" "$3"; do
+            out+="$(mr_elapsed "$tl" "$(nth_wall "$f" \
+                    "rc_verbs/$4:1 is back" "$k")") "
+        done
+        echo "$out$te"
+    done
 }
 
 # wait_count FILE RE WANT SECS: until FILE has WANT lines matching RE
@@ -74,7 +99,7 @@ wait_count() {
 # cycles KIND GUEST RAIL: one checker pair, N cycles; a row of the table
 cycles() {
     local kind=$1 g=$2 rail=$3 dev=rxe$3 tag=bench-$1-$2-$3 c role f
-    local times=$MRFO_RESULTS/$1-$2-$3.times dur=$((n * (HOLD + SETTLE + 6) + 60))
+    local times=$MRFO_RESULTS/$1-$2-$3.times dur=$((n * (HOLD + SETTLE + 12) + 60))
     local failed="rc_verbs/$dev:1 failed (" back="rc_verbs/$dev:1 is back"
     local t_fault t_lift w line ok=1 nf nb cli srv apis=tag,am,stream,rma,amo
     MR_DIR=$MRFO_RESULTS/$1-$2-$3
@@ -123,6 +148,15 @@ cycles() {
     # passed); only the checker, not its job's shell
     "$MR_VM" exec a "pkill -USR1 -x mr_check" >/dev/null 2>&1 || true
     mr_roce_pair_wait "$tag" "$dur"
+    # a carrier's loss and return are timed by the guest that lost it: its
+    # rxe port error and port active events (the host's clock and the
+    # guests' differ by up to ~0.6 s; the other guest's by less)
+    if [ "$kind" = link ]; then
+        [ "$g" = a ] && f=$MR_DIR/client.out || f=$MR_DIR/server.out
+        link_times "$f" "$MR_DIR/client.out" "$MR_DIR/server.out" "$dev" \
+            "$(wc -l <"$times")" >"$times.link"
+        mv "$times.link" "$times"
+    fi
     # the first completions, now that the client's log is complete
     while read -r a b x y t; do
         w=$(awk -v t="$t" -v a="$a" -v b="$b" \
