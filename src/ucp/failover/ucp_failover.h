@@ -259,6 +259,20 @@ int ucp_failover_rma_restart(ucp_request_t *req);
 
 
 /**
+ * RMA/AMO progress hook (basic protocol): the endpoint's configuration
+ * changed while @a req was in progress (a lane failed over or came back),
+ * so the cache of its rkey, shared with other requests, may be resolved for
+ * another configuration: its remote key would belong to another lane's
+ * memory domain. Resolve it for the current configuration, move the request
+ * to the lane (and protocol) that gives, register a zero-copy buffer again
+ * if that lane's memory domain needs it, and progress the request there.
+ *
+ * @return what the request's progress function returns.
+ */
+ucs_status_t ucp_failover_rkey_req_refresh(ucp_request_t *req);
+
+
+/**
  * Flush completion hook: the flush request @a req completed with an error.
  * If the endpoint can fail over, flush its current lanes again (the failed
  * ones are skipped), resuming through @a flush_cb.

@@ -558,6 +558,43 @@ static int ucp_failover_rma_is_basic(const ucp_request_t *req)
            (req->send.uct.func == rma->progress_get);
 }
 
+/* Move an RMA or AMO request to the lane its rkey resolves to for the
+ * endpoint's current configuration; a zero-copy RMA buffer registered for
+ * another memory domain is registered for that lane's */
+static ucs_status_t ucp_failover_rkey_req_move(ucp_request_t *req)
+{
+    ucp_ep_h ep = req->send.ep;
+
+    ucp_failover_reroute_rkey_req(req);
+    if (req->send.lane == UCP_NULL_LANE) {
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    if (!ucp_failover_rma_is_basic(req) ||
+        (req->send.state.dt.dt.contig.md_map == 0) ||
+        (req->send.state.dt.dt.contig.md_map &
+         UCS_BIT(ucp_ep_md_index(ep, req->send.lane)))) {
+        return UCS_OK;
+    }
+
+    ucp_request_send_buffer_dereg(req);
+    return ucp_request_send_buffer_reg_lane(req, req->send.lane, 0);
+}
+
+ucs_status_t ucp_failover_rkey_req_refresh(ucp_request_t *req)
+{
+    ucs_status_t status;
+
+    status = ucp_failover_rkey_req_move(req);
+    if (status != UCS_OK) {
+        return status;
+    }
+
+    ucs_debug("req %p: ep %p configuration changed under an RMA/AMO request, "
+              "it goes on lane[%d]", req, req->send.ep, req->send.lane);
+    return req->send.uct.func(&req->send.uct);
+}
+
 static unsigned ucp_failover_rma_restart_progress(void *arg)
 {
     ucp_request_t *req = arg;
@@ -570,20 +607,11 @@ static unsigned ucp_failover_rma_restart_progress(void *arg)
         goto err;
     }
 
-    ucp_failover_reroute_rkey_req(req);
-    if (req->send.lane == UCP_NULL_LANE) {
-        status = UCS_ERR_UNREACHABLE;
+    /* a zero-copy buffer was registered for the failed lane's memory
+     * domain: now for the new lane's, if it differs */
+    status = ucp_failover_rkey_req_move(req);
+    if (status != UCS_OK) {
         goto err;
-    }
-
-    if (req->send.state.dt.dt.contig.md_map != 0) {
-        /* zero-copy: the buffer was registered for the failed lane's memory
-         * domain; now for the new lane's */
-        ucp_request_send_buffer_dereg(req);
-        status = ucp_request_send_buffer_reg_lane(req, req->send.lane, 0);
-        if (status != UCS_OK) {
-            goto err;
-        }
     }
 
     ucs_debug("req %p: ep %p RMA %s of %zu bytes sent again on lane[%d]", req,
