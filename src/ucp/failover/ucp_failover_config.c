@@ -107,6 +107,29 @@ static ucs_status_t ucp_multirail_check_positive(const char *name, double value)
     return UCS_ERR_INVALID_PARAM;
 }
 
+/* A retention bound (NAME): a size of at least 64k, or "inf"; "auto" is
+ * not a bound, and a smaller one would stall every endpoint on its
+ * acknowledgements. HINT says what the size must be. */
+static ucs_status_t ucp_failover_config_check_bound(const char *name,
+                                                    const char *hint,
+                                                    size_t value)
+{
+    if (value == UCS_MEMUNITS_AUTO) {
+        ucs_error("%s must be a size (%s) or \"inf\", not \"auto\"", name,
+                  hint);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    if (value < (64 * UCS_KBYTE)) {
+        ucs_error("%s must be at least 64k (got %zu bytes): a smaller bound "
+                  "would stall every endpoint on its acknowledgements", name,
+                  value);
+        return UCS_ERR_INVALID_PARAM;
+    }
+
+    return UCS_OK;
+}
+
 ucs_status_t
 ucp_multirail_config_check(const struct ucp_context_config *ctx_config)
 {
@@ -164,29 +187,17 @@ ucp_multirail_config_check(const struct ucp_context_config *ctx_config)
         return UCS_ERR_INVALID_PARAM;
     }
 
-    if (config->retain == UCS_MEMUNITS_AUTO) {
-        ucs_error("UCX_MULTIRAIL_RETAIN must be a size (at least 64k) or "
-                  "\"inf\", not \"auto\"");
-        return UCS_ERR_INVALID_PARAM;
+    status = ucp_failover_config_check_bound("UCX_MULTIRAIL_RETAIN",
+                                             "at least 64k", config->retain);
+    if (status != UCS_OK) {
+        return status;
     }
 
-    if (config->retain < (64 * UCS_KBYTE)) {
-        ucs_error("UCX_MULTIRAIL_RETAIN must be at least 64k (got %zu bytes): "
-                  "a smaller bound would stall every endpoint on its "
-                  "acknowledgements", config->retain);
-        return UCS_ERR_INVALID_PARAM;
-    }
-
-    if (config->retain_worker == UCS_MEMUNITS_AUTO) {
-        ucs_error("UCX_MULTIRAIL_RETAIN_WORKER must be a size (at least "
-                  "UCX_MULTIRAIL_RETAIN) or \"inf\", not \"auto\"");
-        return UCS_ERR_INVALID_PARAM;
-    }
-
-    if (config->retain_worker < (64 * UCS_KBYTE)) {
-        ucs_error("UCX_MULTIRAIL_RETAIN_WORKER must be at least 64k (got %zu "
-                  "bytes)", config->retain_worker);
-        return UCS_ERR_INVALID_PARAM;
+    status = ucp_failover_config_check_bound("UCX_MULTIRAIL_RETAIN_WORKER",
+                                             "at least UCX_MULTIRAIL_RETAIN",
+                                             config->retain_worker);
+    if (status != UCS_OK) {
+        return status;
     }
 
     if ((config->retain != UCS_MEMUNITS_INF) &&
