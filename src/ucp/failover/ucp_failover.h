@@ -331,8 +331,9 @@ int ucp_failover_request_ff(ucp_request_t *req);
 /**
  * Interface attributes hook (after uct_iface_query) of resource @a rsc_index:
  * with failover enabled, the active message limits UCP sees leave room for
- * the sequencing trailer, and zero-copy active messages are offered only
- * where the retained copy they are sent from needs no memory handle.
+ * the sequencing trailer, zero-copy active messages are offered only where
+ * the retained copy they are sent from needs no memory handle, and network
+ * devices offer no device atomics (atomics go on the sequenced am lane).
  */
 void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
                              uct_iface_attr_t *attr);

@@ -146,6 +146,16 @@ ucp_multirail_config_check(const struct ucp_context_config *ctx_config)
         return UCS_ERR_UNSUPPORTED;
     }
 
+    if (config->enable &&
+        (ctx_config->atomic_mode == UCP_ATOMIC_MODE_DEVICE)) {
+        /* not an error: nothing is lost, atomics take the other way */
+        ucs_warn("UCX_ATOMIC_MODE=device is not followed with "
+                 "UCX_MULTIRAIL_FAILOVER=y: atomics over the network go to "
+                 "the peer's CPU on the sequenced am lane, as with "
+                 "UCX_ATOMIC_MODE=cpu (a device atomic in flight on a "
+                 "failing lane could not be sent again exactly once)");
+    }
+
     status = ucp_multirail_check_positive("PROBE_INTERVAL",
                                           config->probe_interval);
     if (status != UCS_OK) {

@@ -588,6 +588,18 @@ void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
             attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
         }
     }
+
+    /* Atomics go to the peer's CPU as messages on the sequenced am lane
+     * (as with UCX_ATOMIC_MODE=cpu), never to a network device: a device
+     * atomic in flight on a failing lane may or may not have run, and the
+     * peer's device keeps no record to ask, so it could be neither sent
+     * again nor completed; a message is sent again and delivered once. Not
+     * offering device atomics also keeps the worker from advertising them,
+     * so a peer's atomics on this worker's memory all take the same way.
+     * Intra-node transports keep theirs. */
+    if (context->tl_rscs[rsc_index].tl_rsc.dev_type == UCT_DEVICE_TYPE_NET) {
+        attr->cap.flags &= ~UCT_IFACE_FLAG_ATOMIC_DEVICE;
+    }
 }
 
 size_t ucp_failover_seq_hdr_len(void)

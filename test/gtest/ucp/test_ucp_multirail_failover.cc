@@ -233,6 +233,36 @@ UCS_TEST_F(test_ucp_multirail_config, inconsistent_values) {
 
 
 /*
+ * UCX_ATOMIC_MODE=device is not followed with failover (atomics over the
+ * network go on the sequenced am lane): the user is told so, with a warning
+ * that names the setting, and the context still starts. Without failover,
+ * nothing is said.
+ */
+UCS_TEST_F(test_ucp_multirail_config, device_atomic_mode_warns) {
+    config_ptr config = read_config();
+
+    ASSERT_UCS_OK(ucp_config_modify(config.get(), "ATOMIC_MODE", "device"));
+    ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_FAILOVER", "y"));
+    {
+        scoped_log_handler wrap_warn(wrap_warns_logger);
+        EXPECT_UCS_OK(try_init(config.get()));
+        EXPECT_TRUE(std::any_of(m_warnings.begin(), m_warnings.end(),
+                                [](const std::string &msg) {
+                                    return msg.find("UCX_ATOMIC_MODE=device") !=
+                                           std::string::npos;
+                                }));
+    }
+
+    ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_FAILOVER", "n"));
+    size_t num_warnings = m_warnings.size();
+    {
+        scoped_log_handler wrap_warn(wrap_warns_logger);
+        EXPECT_UCS_OK(try_init(config.get()));
+    }
+    EXPECT_EQ(num_warnings, m_warnings.size());
+}
+
+/*
  * The worker's failover buffers (ucp_failover_pool.c): a buffer comes from
  * the bucket its size needs and counts what the bucket holds; one too large
  * for a bucket, or without a pool, is malloc'ed (counted in the pool if
@@ -984,6 +1014,42 @@ UCS_TEST_P(test_ucp_multirail_failover, config_table_full_fails_endpoint)
     EXPECT_GE(m_err_count, 1u);
     EXPECT_TRUE(sender().ep()->flags & UCP_EP_FLAG_FAILED);
     EXPECT_FALSE(ucp_failover_lane_is_failed(sender().ep(), lane));
+}
+
+/*
+ * Network devices offer no device atomics to a failover worker (a device
+ * atomic in flight on a failing lane could be neither sent again nor
+ * completed): the interface attributes hook takes the capability away, so
+ * atomics go as messages on the sequenced am lane. Intra-node transports
+ * keep it. (TCP has no device atomics: the flag is set on a copy of each
+ * interface's attributes and passed through the hook.)
+ */
+UCS_TEST_P(test_ucp_multirail_failover, no_device_atomics_on_network)
+{
+    ucp_worker_h worker   = sender().worker();
+    ucp_context_h context = sender().ucph();
+    unsigned num_net      = 0;
+    ucp_worker_iface_t *wiface;
+    uct_iface_attr_t attr;
+
+    for (unsigned i = 0; i < worker->num_ifaces; ++i) {
+        wiface = worker->ifaces[i];
+        EXPECT_FALSE(wiface->attr.cap.flags & UCT_IFACE_FLAG_ATOMIC_DEVICE);
+        EXPECT_FALSE(UCS_BITMAP_GET(worker->atomic_tls, wiface->rsc_index));
+
+        attr            = wiface->attr;
+        attr.cap.flags |= UCT_IFACE_FLAG_ATOMIC_DEVICE;
+        ucp_failover_iface_attr(worker, wiface->rsc_index, &attr);
+        if (context->tl_rscs[wiface->rsc_index].tl_rsc.dev_type ==
+            UCT_DEVICE_TYPE_NET) {
+            EXPECT_FALSE(attr.cap.flags & UCT_IFACE_FLAG_ATOMIC_DEVICE);
+            ++num_net;
+        } else {
+            EXPECT_TRUE(attr.cap.flags & UCT_IFACE_FLAG_ATOMIC_DEVICE);
+        }
+    }
+
+    EXPECT_GT(num_net, 0u);
 }
 
 /*
