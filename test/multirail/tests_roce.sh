@@ -27,7 +27,8 @@ MR_ROCE_PROBE_TIMEOUT=${MR_ROCE_PROBE_TIMEOUT:-5s}
 mr_roce_env() {
     local tls=${MR_ROCE_TLS:-rc_verbs}
     echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_TLS=$tls,tcp" \
-         "UCX_NET_DEVICES=rxe0:1,rxe1:1,eth0 UCX_MAX_EAGER_RAILS=2" \
+         "UCX_NET_DEVICES=${MR_ROCE_DEVS:-rxe0:1,rxe1:1,eth0}" \
+         "UCX_MAX_EAGER_RAILS=2" \
          "UCX_MAX_RNDV_RAILS=2 UCX_IB_ROCE_LOCAL_SUBNET=y UCX_LOG_LEVEL=info" \
          "UCX_MULTIRAIL_PROBE_TIMEOUT=$MR_ROCE_PROBE_TIMEOUT"
 }
@@ -58,6 +59,9 @@ mr_roce_tag() {
     local tag=$1-${MR_ROCE_TLS:-rc_verbs}
     echo "${tag//,/_}"
 }
+
+# The transport of the rails' lanes: the first of MR_ROCE_TLS
+mr_roce_tl() { local tls=${MR_ROCE_TLS:-rc_verbs}; echo "${tls%%,*}"; }
 
 # A job's stdout in its guest's share (grows while it runs)
 mr_roce_out() { echo "$MR_ROCE_RUN/$1/out/$2.out"; }
@@ -191,10 +195,10 @@ t_roce_link_cut() {
     mr_roce_pair_wait "$tag" "$dur"
     mr_expect_clean "$MR_DIR"
     for role in client server; do
-        grep -q "rc_verbs/$dev:1 failed (" "$MR_DIR/$role.out" ||
+        grep -q "$(mr_roce_tl)/$dev:1 failed (" "$MR_DIR/$role.out" ||
             mr_fail "$role did not fail the $dev lane over"
         back=$(awk '/^RESULT/ { exit } { print }' "$MR_DIR/$role.out" |
-               grep -E "rc_verbs/$dev:1 (failed \(|is back)" | tail -1)
+               grep -E "$(mr_roce_tl)/$dev:1 (failed \(|is back)" | tail -1)
         grep "is back" >/dev/null <<<"$back" ||
             mr_fail "$role: the $dev lane is not back (last: ${back:0:160})"
     done
@@ -230,7 +234,7 @@ t_roce_drop() {
     local t_fault t_restore tx_after
     [ "$load" = idle ] && sizes=(--sizes 8,64,512,4k)
     mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
-    mr_roce_pair_start "$tag" y "$dur" -- --conn sockaddr --err-mode peer \
+    mr_roce_pair_start "$tag" y "$dur" -- --conn "${MR_ROCE_CONN:-sockaddr}" --err-mode peer \
         --apis "$apis" "${sizes[@]}" ||
         { mr_fail "server did not listen"; mr_roce_pair_wait "$tag" "$dur";
           return 0; }
@@ -250,10 +254,10 @@ t_roce_drop() {
     [ -n "$t_fault" ] && [ -n "$t_restore" ] ||
         { mr_fail "no time of the fault or its removal"; return 0; }
     for role in client server; do
-        mr_expect_failover_within "$role" "rc_verbs/$dev:1" "$t_fault" \
+        mr_expect_failover_within "$role" "$(mr_roce_tl)/$dev:1" "$t_fault" \
             "$MR_ROCE_DETECT_BOUND"
         back=$(awk '/^RESULT/ { exit } { print }' "$MR_DIR/$role.out" |
-               grep -E "rc_verbs/$dev:1 (failed \(|is back)" | tail -1)
+               grep -E "$(mr_roce_tl)/$dev:1 (failed \(|is back)" | tail -1)
         grep "is back" >/dev/null <<<"$back" ||
             mr_fail "$role: the $dev lane is not back (last: ${back:0:160})"
     done
@@ -316,5 +320,17 @@ mr_roce_all() {
     mr_run_test roce_drop_r1_busy t_roce_drop drop a 1 busy
     mr_run_test roce_dropin_r1_idle_b t_roce_drop drop-in b 1 idle
     mr_run_test roce_drop_r0_amlane_busy t_roce_drop drop b 0 busy
+    # ud_verbs rails (UD lanes: UCT's own reliability over datagrams) with
+    # worker-address endpoints (UD on the rails only; with TCP's CM, TCP on
+    # eth0 outscores UD on the second rail): healthy, a wire unplugged and
+    # plugged back, a silent drop of a busy lane (the UD peer timeout comes
+    # from the failure timeout, patch 0050)
+    MR_ROCE_TLS=ud_verbs MR_ROCE_DEVS=rxe0:1,rxe1:1 \
+        mr_run_test roce_ud_healthy_failover_on_address_peer \
+        t_roce_healthy y address peer
+    MR_ROCE_TLS=ud_verbs MR_ROCE_DEVS=rxe0:1,rxe1:1 \
+        mr_run_test roce_ud_link_r1_a t_roce_link_cut a 1 address peer
+    MR_ROCE_TLS=ud_verbs MR_ROCE_DEVS=rxe0:1,rxe1:1 MR_ROCE_CONN=address \
+        mr_run_test roce_ud_drop_r1_busy t_roce_drop drop a 1 busy
     mr_roce_down
 }
