@@ -101,15 +101,12 @@ cycles() {
     local kind=$1 g=$2 rail=$3 dev=rxe$3 tag=bench-$1-$2-$3 c role f
     local times=$MRFO_RESULTS/$1-$2-$3.times dur=$((n * (HOLD + SETTLE + 12) + 60))
     local failed="rc_verbs/$dev:1 failed (" back="rc_verbs/$dev:1 is back"
-    local t_fault t_lift w line ok=1 nf nb cli srv apis=tag,am,stream,rma,amo
+    local t_fault t_lift w line ok=1 nf nb cli srv
     MR_DIR=$MRFO_RESULTS/$1-$2-$3
     mkdir -p "$MR_DIR"
     : >"$times"
-    # the am lane's rail carries the atomics' lane too: a hardware atomic
-    # in flight there is not re-driven (it fails), so leave them out
-    [ "$rail" = 0 ] && apis=tag,am,stream,rma
     mr_roce_pair_start "$tag" y "$dur" -- --conn sockaddr --err-mode peer \
-        --apis "$apis" --slow-log 10 ||
+        --slow-log 10 ||
         { echo "$tag: server did not listen" >&2; return 1; }
     cli=$(mr_roce_out a "cli-$tag")
     srv=$(mr_roce_out b "srv-$tag")

@@ -2,6 +2,7 @@
 # Each gtest case counts as one test in the summary.
 
 MR_GTEST=${MR_GTEST:-$MRFO_SRC/test/gtest/gtest}
+MR_GTEST_RUNNER=()
 
 # mr_gtest GROUP FILTER [NETNS]: run the gtest cases matching FILTER
 mr_gtest() {
@@ -13,6 +14,8 @@ mr_gtest() {
     log=$MRFO_RESULTS/gtest_$group.log
     mkdir -p "$MRFO_RESULTS"
     [ -n "$netns" ] && runner=(ip netns exec "$netns")
+    # (or a command that runs it elsewhere, e.g. in a soft-RoCE guest)
+    [ ${#MR_GTEST_RUNNER[@]} -gt 0 ] && runner=("${MR_GTEST_RUNNER[@]}")
     echo "[ RUN  ] gtest_$group ($filter)" >&2
     UCX_HANDLE_ERRORS=bt UCX_LOG_LEVEL=warn UCX_LOG_PRINT_ENABLE=y \
         timeout -k 10 "${MR_GTEST_TIMEOUT:-1200}" "${runner[@]}" \

@@ -269,11 +269,47 @@ t_roce_drop() {
     mr_note+=" eth$((rail + 1))_tx_after_lift=$tx_after"
 }
 
+# The failover module's gtest groups on RC rails (rc_v: rc_verbs, wireup
+# over UD), inside guest a: both rails' devices there (rxe0 and rxe1 talk to
+# each other through the guest's loopback), the listener on eth1, the bed's
+# failure timeout (with 300 ms a TCG guest's stalls time healthy QPs out).
+# Two variants of each case: worker-address endpoints in err mode PEER and
+# client/server ones in err mode NONE. Left out: the cases that work on a
+# TCP socket and the ones that need an error callback (err mode NONE).
+MR_ROCE_GTEST_FILTER='rcv/test_ucp_multirail_failover.*/0'
+MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_failover.*/3'
+MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_traffic.*/0'
+MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_traffic.*/3'
+MR_ROCE_GTEST_FILTER+='-*socket_error_mid_zcopy*:*request_waits_on_new_am*'
+MR_ROCE_GTEST_FILTER+=':*data_stream_lost_fragments*'
+MR_ROCE_GTEST_FILTER+=':*last_lane_fails_endpoint/3:*config_table_full*/3'
+MR_ROCE_GTEST_FILTER+=':*off_is_stock/3'
+
+mr_roce_gtest() {
+    if [ -n "${MR_FILTER:-}" ] && ! [[ gtest_roce_rc == $MR_FILTER ]]; then
+        return 0
+    fi
+    if ! mr_roce_boot; then
+        echo "[ FAIL ] gtest_roce_rc: the guests did not boot" >&2
+        mr_failed=$((mr_failed + 1))
+        mr_failures+=(gtest_roce_rc)
+        return 0
+    fi
+    # shellcheck disable=SC2034 # read by mr_gtest
+    MR_GTEST_RUNNER=(env ROCE_EXEC_TIMEOUT=1100 "$MR_VM" exec a env
+                     UCX_NET_DEVICES=rxe0:1,rxe1:1 UCX_IB_ROCE_LOCAL_SUBNET=y
+                     "UCX_MULTIRAIL_PROBE_TIMEOUT=$MR_ROCE_PROBE_TIMEOUT"
+                     MRFO_GTEST_LISTEN_IF=eth1 UCX_HANDLE_ERRORS=bt
+                     UCX_LOG_LEVEL=warn UCX_LOG_PRINT_ENABLE=y)
+    mr_gtest roce_rc "$MR_ROCE_GTEST_FILTER"
+    MR_GTEST_RUNNER=()
+}
+
 mr_roce_all() {
     local any=0 name
     # the guests boot only if the filter names one of the tests below
     for name in $(grep -o 'mr_run_test roce_[a-z0-9_]*' "${BASH_SOURCE[0]}" |
-                  cut -d' ' -f2); do
+                  cut -d' ' -f2) gtest_roce_rc; do
         if [ -z "${MR_FILTER:-}" ] || [[ $name == $MR_FILTER ]]; then
             any=1
         fi
@@ -332,5 +368,6 @@ mr_roce_all() {
         mr_run_test roce_ud_link_r1_a t_roce_link_cut a 1 address peer
     MR_ROCE_TLS=ud_verbs MR_ROCE_DEVS=rxe0:1,rxe1:1 MR_ROCE_CONN=address \
         mr_run_test roce_ud_drop_r1_busy t_roce_drop drop a 1 busy
+    mr_roce_gtest
     mr_roce_down
 }

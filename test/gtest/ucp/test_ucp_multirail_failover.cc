@@ -527,9 +527,12 @@ protected:
      */
     void connect_sockaddr(bool fail_in_wireup = false)
     {
-        const char *devs = getenv("UCX_NET_DEVICES");
-        std::string dev  = (devs == NULL) ? "" :
-                           std::string(devs).substr(0, strcspn(devs, ","));
+        /* on RDMA rails the listener's netdev is not among the devices */
+        const char *listen_if = getenv("MRFO_GTEST_LISTEN_IF");
+        const char *devs      = (listen_if != NULL) ? listen_if :
+                                getenv("UCX_NET_DEVICES");
+        std::string dev       = (devs == NULL) ? "" :
+                                std::string(devs).substr(0, strcspn(devs, ","));
         struct sockaddr_in sin = {};
 
         if (ucs_netif_get_addr(dev.c_str(), AF_INET, (struct sockaddr*)&sin,
@@ -575,13 +578,13 @@ protected:
         /* the data lanes' connections are made after the CM exchange: the
          * cases that fill a data lane's socket need them made */
         deadline = ucs_get_time() + ucs_time_from_sec(10.0);
-        while ((!tcp_lanes_connected(sender().ep()) ||
-                !tcp_lanes_connected(receiver().ep())) &&
+        while ((!lanes_connected(sender().ep()) ||
+                !lanes_connected(receiver().ep())) &&
                (ucs_get_time() < deadline)) {
             progress();
         }
-        ASSERT_TRUE(tcp_lanes_connected(sender().ep()));
-        ASSERT_TRUE(tcp_lanes_connected(receiver().ep()));
+        ASSERT_TRUE(lanes_connected(sender().ep()));
+        ASSERT_TRUE(lanes_connected(receiver().ep()));
     }
 
     /* a data lane of the endpoint that wireup still connects (its slot holds
@@ -652,7 +655,7 @@ protected:
         return ucs_derived_of(uct_ep, uct_tcp_ep_t);
     }
 
-    static bool tcp_lanes_connected(ucp_ep_h ep)
+    static bool lanes_connected(ucp_ep_h ep)
     {
         for (ucp_lane_index_t lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
             uct_tcp_ep_t *tcp_ep;
@@ -664,7 +667,12 @@ protected:
             }
 
             tcp_ep = tcp_lane_ep(ep, lane);
-            if ((tcp_ep == NULL) ||
+            if (tcp_ep == NULL) {
+                return false; /* still a wireup endpoint */
+            }
+
+            /* (an RC lane is in place once its QP is connected) */
+            if (!strcmp(ucp_ep_get_tl_rsc(ep, lane)->tl_name, "tcp") &&
                 (tcp_ep->conn_state != UCT_TCP_EP_CONN_STATE_CONNECTED)) {
                 return false;
             }
@@ -775,6 +783,16 @@ protected:
     {
         if (data_lane(sender().ep()) == UCP_NULL_LANE) {
             UCS_TEST_SKIP_R("endpoint has a single data lane");
+        }
+    }
+
+    /* cases that work on a TCP lane's socket */
+    void skip_unless_tcp()
+    {
+        if (strcmp(ucp_ep_get_tl_rsc(sender().ep(),
+                                     data_lane(sender().ep()))->tl_name,
+                   "tcp")) {
+            UCS_TEST_SKIP_R("works on a TCP socket");
         }
     }
 
@@ -1155,6 +1173,7 @@ UCS_TEST_P(test_ucp_multirail_failover, socket_error_mid_zcopy)
     /* an active message id UCP does not use: the receiver drops them */
     static const uint8_t am_id = UCT_AM_ID_MAX - 1;
     skip_unless_two_lanes();
+    skip_unless_tcp();
 
     ucp_lane_index_t lane = data_lane(sender().ep());
     uct_ep_h uct_ep       = tl_lane_ep(sender().ep(), lane);
@@ -1263,6 +1282,7 @@ UCS_TEST_P(test_ucp_multirail_failover, request_waits_on_new_am_lane,
     static const size_t size   = 4000; /* one bcopy fragment */
     static const int count     = 48;   /* 3 windows */
     skip_unless_two_lanes();
+    skip_unless_tcp(); /* fills a socket: RC's send queue takes more */
 
     ucp_ep_h ep              = sender().ep();
     ucp_lane_index_t am_lane = ucp_ep_get_am_lane(ep);
@@ -1461,6 +1481,7 @@ UCS_TEST_P(test_ucp_multirail_failover, data_stream_lost_fragments_sent_again,
            "RNDV_THRESH=inf")
 {
     skip_unless_two_lanes();
+    skip_unless_tcp(); /* drops what waits unread in a socket */
     const size_t size = 64 * UCS_KBYTE;
     const int count   = 8;
     ucp_ep_h ep       = sender().ep();
@@ -1616,6 +1637,8 @@ UCS_TEST_P(test_ucp_multirail_failover, off_is_stock, "MULTIRAIL_FAILOVER=n")
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_failover, tcp, "tcp")
+/* RC rails, wireup over UD (run inside a soft-RoCE guest) */
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_failover, rcv, "rc_v")
 
 
 /*
@@ -1872,12 +1895,20 @@ protected:
      * restarted messages hold. With messages in flight on a failed
      * rendezvous lane, some must have restarted (on TCP, worker-address
      * endpoints in err mode PEER have no rendezvous lanes: UCP requires
-     * memory invalidation for them, which the TCP memory domain lacks) */
+     * memory invalidation for them, which the TCP memory domain lacks).
+     * On RC the failure is injected into a healthy QP, whose RDMA in flight
+     * may still complete: a restart is possible, not required. */
     void check_redriven(size_t size, bool required)
     {
         entity *entities[] = {&sender(), &receiver()};
         uint64_t num_reqs  = 0;
         uint64_t bytes     = 0;
+        ucp_ep_h ep        = sender().ep();
+
+        if (strcmp(ucp_ep_get_tl_rsc(ep, ucp_ep_get_am_lane(ep))->tl_name,
+                   "tcp")) {
+            required = false;
+        }
 
         for (entity *e : entities) {
             num_reqs += ucp_ep_ext_control(e->ep())->failover.num_redriven;
@@ -2184,6 +2215,8 @@ UCS_TEST_P(test_ucp_multirail_traffic, atomics)
 }
 
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_traffic, tcp, "tcp")
+/* RC rails, wireup over UD (run inside a soft-RoCE guest) */
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_traffic, rcv, "rc_v")
 
 
 /*
