@@ -43,8 +43,6 @@ trap 'mr_roce_down' EXIT
 HOLD=${MR_ROCE_BENCH_HOLD:-3}
 SETTLE=${MR_ROCE_BENCH_SETTLE:-5}
 
-# count FILE RE: lines of FILE matching RE
-count() { grep -c -e "$2" "$1" 2>/dev/null || true; }
 # nth_wall FILE RE K: the wall time of the K-th line matching RE (1-based)
 nth_wall() {
     grep -e "$2" "$1" | sed -n "$3{s/^\[\([0-9.]*\)\].*/\1/p;q}"
@@ -84,16 +82,6 @@ link_times() {
         done
         echo "$out$te"
     done
-}
-
-# wait_count FILE RE WANT SECS: until FILE has WANT lines matching RE
-wait_count() {
-    local i
-    for ((i = 0; i < $4 * 10; i++)); do
-        [ "$(count "$1" "$2")" -ge "$3" ] && return 0
-        sleep 0.1
-    done
-    return 1
 }
 
 # cycles KIND GUEST RAIL: one checker pair, N cycles; a row of the table

@@ -105,3 +105,17 @@ completions() {
         END { if (first == "") print "- -"
               else printf "%.6f %.6f\n", first - t, last - t }' "$1"
 }
+
+# count FILE RE: lines of FILE matching RE
+count() { grep -c -e "$2" "$1" 2>/dev/null || true; }
+
+# wait_count FILE RE WANT SECS: until FILE has WANT lines matching RE
+# (bounded: SECS)
+wait_count() {
+    local i
+    for ((i = 0; i < $4 * 10; i++)); do
+        [ "$(count "$1" "$2")" -ge "$3" ] && return 0
+        sleep 0.1
+    done
+    return 1
+}

@@ -42,19 +42,6 @@ tag=soak
 MR_DIR=$MRFO_RESULTS/checker
 mkdir -p "$MR_DIR"
 
-# count FILE RE: lines of FILE matching RE (before the checker's RESULT)
-count() { grep -c -e "$2" "$1" 2>/dev/null || true; }
-
-# wait_count FILE RE WANT SECS: until FILE has WANT lines matching RE
-wait_count() {
-    local i
-    for ((i = 0; i < $4 * 5; i++)); do
-        [ "$(count "$1" "$2")" -ge "$3" ] && return 0
-        sleep 0.2
-    done
-    return 1
-}
-
 mr_roce_boot || die "the guests did not boot"
 # long enough for every injection at its slowest; the client is told to end
 # (SIGUSR1) after the last one
