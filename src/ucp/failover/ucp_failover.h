@@ -259,6 +259,18 @@ int ucp_failover_rma_restart(ucp_request_t *req);
 
 
 /**
+ * RMA hook: @a req posted its last fragment on an endpoint that negotiated
+ * failover. A basic short or bcopy put (which would complete now, before
+ * the peer has it) completes instead when its lane has acknowledged it, and
+ * counts in the endpoint's flush state until then; a lane failure before
+ * that sends it again. Any other request completes as without failover.
+ *
+ * @return what the request's progress function returns.
+ */
+ucs_status_t ucp_failover_rma_posted(ucp_request_t *req);
+
+
+/**
  * RMA/AMO progress hook (basic protocol): the endpoint's configuration
  * changed while @a req was in progress (a lane failed over or came back),
  * so the cache of its rkey, shared with other requests, may be resolved for

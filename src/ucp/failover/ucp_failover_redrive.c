@@ -25,6 +25,7 @@
 #include <ucp/core/ucp_rkey.h>
 #include <ucp/core/ucp_worker.h>
 #include <ucp/rma/rma.h>
+#include <ucp/rma/rma.inl>
 #include <ucp/rndv/rndv.h>
 #include <ucs/datastruct/array.inl>
 #include <ucs/debug/log.h>
@@ -595,6 +596,110 @@ ucs_status_t ucp_failover_rkey_req_refresh(ucp_request_t *req)
     return req->send.uct.func(&req->send.uct);
 }
 
+/*
+ * RMA put (short and bcopy) on a failover endpoint
+ *
+ * A short or bcopy put completes as soon as it is posted (the user's buffer
+ * was copied into the send queue), before the peer has it: when its lane
+ * fails, the put dies with the lane's QP and no completion says so; the
+ * application's next flush would then complete without it (a get after it
+ * read stale data in the RoCE soak). On an endpoint that negotiated
+ * failover such a put completes when its lane has acknowledged it: after
+ * the last fragment is posted, the request flushes the lane with its own
+ * completion, and counts as a remote operation in flight (the endpoint's
+ * flush state, as UCP's software RMA does), so that an endpoint or worker
+ * flush waits for it. A flush that completes with an error (the lane failed)
+ * sends the put again, whole, on the current lanes (ucp_failover_rma_restart,
+ * as an RDMA write in flight): the user's buffer is still the request's.
+ */
+static void ucp_failover_put_held_completion(uct_completion_t *self)
+{
+    ucp_request_t *req = ucs_container_of(self, ucp_request_t,
+                                          send.state.uct_comp);
+    ucp_ep_h ep        = req->send.ep;
+
+    if (ucs_unlikely(self->status != UCS_OK) &&
+        ucp_failover_rma_restart(req)) {
+        return; /* sent again: still held */
+    }
+
+    ucp_ep_rma_remote_request_completed(ep);
+    ucp_send_request_id_release(req);
+    ucp_request_complete_send(req, self->status);
+}
+
+static ucs_status_t ucp_failover_put_flush_progress(uct_pending_req_t *self)
+{
+    ucp_request_t *req = ucs_container_of(self, ucp_request_t, send.uct);
+    ucp_ep_h ep        = req->send.ep;
+    ucs_status_t status;
+
+    /* the request's progress is the put's again, should it be sent again */
+    req->send.uct.func = UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put;
+
+    ++req->send.state.uct_comp.count;
+    status = uct_ep_flush(ep->uct_eps[req->send.lane], 0,
+                          &req->send.state.uct_comp);
+    if (status == UCS_INPROGRESS) {
+        return UCS_OK; /* the flush's completion completes the put */
+    }
+
+    --req->send.state.uct_comp.count;
+    if (status == UCS_ERR_NO_RESOURCE) {
+        /* waits on the lane's pending queue for the flush */
+        req->send.uct.func = ucp_failover_put_flush_progress;
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    /* flushed already (UCS_OK), or the lane's endpoint failed */
+    uct_completion_update_status(&req->send.state.uct_comp, status);
+    ucp_send_request_invoke_uct_completion(req);
+    return UCS_OK;
+}
+
+ucs_status_t ucp_failover_rma_posted(ucp_request_t *req)
+{
+    ucp_ep_h ep = req->send.ep;
+
+    /* only a basic put that waits for no transport completion: a zero-copy
+     * one (a registered buffer) or a get has its own */
+    if ((req->send.uct.func !=
+         UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put) ||
+        (req->send.state.uct_comp.count != 0) ||
+        (req->send.state.dt.dt.contig.md_map != 0)) {
+        ucp_send_request_invoke_uct_completion(req);
+        return UCS_OK;
+    }
+
+    if (req->send.state.uct_comp.func != ucp_failover_put_held_completion) {
+        /* held for the first time (not sent again) */
+        req->send.state.uct_comp.func = ucp_failover_put_held_completion;
+        ucp_worker_flush_ops_count_inc(ep->worker);
+        ucp_ep_rma_remote_request_sent(ep);
+    }
+
+    return ucp_failover_put_flush_progress(&req->send.uct);
+}
+
+/* A held put waiting on a failed lane's pending queue to flush it: what it
+ * posted there is lost with the lane, so it is sent again, whole */
+static int ucp_failover_put_flush_reroute(ucp_request_t *req)
+{
+    if (req->send.uct.func != ucp_failover_put_flush_progress) {
+        return 0;
+    }
+
+    req->send.uct.func = UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put;
+    req->send.buffer                = req->send.rma.fo_buffer;
+    req->send.length                = req->send.rma.fo_length;
+    req->send.rma.remote_addr       = req->send.rma.fo_remote_addr;
+    req->send.state.uct_comp.count  = 0;
+    req->send.state.uct_comp.status = UCS_OK;
+    ++ucp_failover_ep(req->send.ep)->num_redriven;
+    ucp_failover_ep(req->send.ep)->redriven_bytes += req->send.rma.fo_length;
+    return 1;
+}
+
 static unsigned ucp_failover_rma_restart_progress(void *arg)
 {
     ucp_request_t *req = arg;
@@ -710,7 +815,11 @@ void ucp_failover_reroute(ucp_request_t *req)
     ucp_ep_h ep = req->send.ep;
 
     req->send.pending_lane = UCP_NULL_LANE;
-    if (ucp_failover_reroute_rkey_req(req)) {
+    if (ucp_failover_put_flush_reroute(req) &&
+        ucp_failover_reroute_rkey_req(req)) {
+        ucs_debug("req %p: a put whose lane failed before it was flushed is "
+                  "sent again on lane[%d]", req, req->send.lane);
+    } else if (ucp_failover_reroute_rkey_req(req)) {
         ucs_debug("req %p: RMA/AMO request moved to lane[%d]", req,
                   req->send.lane);
     } else if ((req->send.uct.func == ucp_ep_flush_progress_pending) &&
