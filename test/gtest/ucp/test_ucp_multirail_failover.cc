@@ -2086,6 +2086,42 @@ protected:
         check_survived();
     }
 
+    /* short and bcopy puts (patch 0051): on RDMA lanes, where they would
+     * complete when posted, none completes before its lane acknowledged it;
+     * the lane fails under them, and after a flush every put is there */
+    void rma_put_small(size_t size, int count)
+    {
+        std::vector<std::vector<char> > sbufs(count);
+        ucp_request_param_t sparam = counting_param();
+        ucp_ep_h ep                = sender().ep();
+        bool rdma                  = strcmp(ucp_ep_get_tl_rsc(ep,
+                                                ucp_ep_get_am_lane(ep))->tl_name,
+                                            "tcp");
+        std::vector<void*> reqs;
+
+        map_region(size * count);
+        sparam.cb.send = send_done;
+        for (int i = 0; i < count; ++i) {
+            fill(sbufs[i], size, i + 1);
+            reqs.push_back(ucp_put_nbx(ep, sbufs[i].data(), size,
+                                       remote(i * size), m_rkey, &sparam));
+            if (rdma) {
+                /* (over TCP a put is a message on the sequenced am lane) */
+                EXPECT_TRUE(UCS_PTR_IS_PTR(reqs.back()))
+                        << "put " << i << " completed when posted";
+            }
+        }
+        fail_mid_traffic(0); /* at once: the puts in flight */
+        reqs.push_back(ucp_ep_flush_nbx(ep, &sparam));
+        ASSERT_UCS_OK(requests_wait(reqs));
+        for (int i = 0; i < count; ++i) {
+            EXPECT_TRUE(std::equal(sbufs[i].begin(), sbufs[i].end(),
+                                   m_region + i * size))
+                    << "put " << i;
+        }
+        check_survived();
+    }
+
     void rma_get(size_t size, int count)
     {
         std::vector<std::vector<char> > rbufs(count);
@@ -2202,6 +2238,16 @@ UCS_TEST_P(test_ucp_multirail_traffic, rma_put)
 UCS_TEST_P(test_ucp_multirail_traffic, rma_put_flush_in_flight)
 {
     rma_put(1 << 20, 16, true);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, rma_put_short)
+{
+    rma_put_small(8, 64);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, rma_put_bcopy)
+{
+    rma_put_small(4000, 16);
 }
 
 UCS_TEST_P(test_ucp_multirail_traffic, rma_get)
