@@ -2056,6 +2056,20 @@ protected:
         return (uintptr_t)m_region + offset;
     }
 
+    /* the puts and the flush after them complete, every put is in the
+     * receiver's memory, the endpoints survived */
+    void puts_landed(std::vector<void*> &reqs,
+                     const std::vector<std::vector<char> > &sbufs, size_t size)
+    {
+        ASSERT_UCS_OK(requests_wait(reqs));
+        for (size_t i = 0; i < sbufs.size(); ++i) {
+            EXPECT_TRUE(std::equal(sbufs[i].begin(), sbufs[i].end(),
+                                   m_region + i * size))
+                    << "put " << i;
+        }
+        check_survived();
+    }
+
     void rma_put(size_t size, int count, bool flush_at_once)
     {
         std::vector<std::vector<char> > sbufs(count);
@@ -2077,13 +2091,7 @@ protected:
             fail_mid_traffic();
             reqs.push_back(ucp_ep_flush_nbx(sender().ep(), &sparam));
         }
-        ASSERT_UCS_OK(requests_wait(reqs));
-        for (int i = 0; i < count; ++i) {
-            EXPECT_TRUE(std::equal(sbufs[i].begin(), sbufs[i].end(),
-                                   m_region + i * size))
-                    << "put " << i;
-        }
-        check_survived();
+        puts_landed(reqs, sbufs, size);
     }
 
     /* short and bcopy puts (patch 0051): on RDMA lanes, where they would
@@ -2113,13 +2121,7 @@ protected:
         }
         fail_mid_traffic(0); /* at once: the puts in flight */
         reqs.push_back(ucp_ep_flush_nbx(ep, &sparam));
-        ASSERT_UCS_OK(requests_wait(reqs));
-        for (int i = 0; i < count; ++i) {
-            EXPECT_TRUE(std::equal(sbufs[i].begin(), sbufs[i].end(),
-                                   m_region + i * size))
-                    << "put " << i;
-        }
-        check_survived();
+        puts_landed(reqs, sbufs, size);
     }
 
     void rma_get(size_t size, int count)
