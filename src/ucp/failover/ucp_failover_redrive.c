@@ -681,6 +681,23 @@ ucs_status_t ucp_failover_rma_posted(ucp_request_t *req)
     return ucp_failover_put_flush_progress(&req->send.uct);
 }
 
+/* Rewind a basic RMA request to send it again, whole */
+static void ucp_failover_rma_rewind(ucp_request_t *req)
+{
+    ucp_failover_ep_t *fo = ucp_failover_ep(req->send.ep);
+
+    ++fo->num_redriven;
+    fo->redriven_bytes += req->send.rma.fo_length;
+
+    req->send.buffer                = req->send.rma.fo_buffer;
+    req->send.length                = req->send.rma.fo_length;
+    req->send.rma.remote_addr       = req->send.rma.fo_remote_addr;
+    req->send.state.dt.offset       = 0;
+    req->send.state.uct_comp.count  = 0;
+    req->send.state.uct_comp.status = UCS_OK;
+    req->send.pending_lane          = UCP_NULL_LANE;
+}
+
 /* A held put waiting on a failed lane's pending queue to flush it: what it
  * posted there is lost with the lane, so it is sent again, whole */
 static int ucp_failover_put_flush_reroute(ucp_request_t *req)
@@ -690,13 +707,7 @@ static int ucp_failover_put_flush_reroute(ucp_request_t *req)
     }
 
     req->send.uct.func = UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put;
-    req->send.buffer                = req->send.rma.fo_buffer;
-    req->send.length                = req->send.rma.fo_length;
-    req->send.rma.remote_addr       = req->send.rma.fo_remote_addr;
-    req->send.state.uct_comp.count  = 0;
-    req->send.state.uct_comp.status = UCS_OK;
-    ++ucp_failover_ep(req->send.ep)->num_redriven;
-    ucp_failover_ep(req->send.ep)->redriven_bytes += req->send.rma.fo_length;
+    ucp_failover_rma_rewind(req);
     return 1;
 }
 
@@ -747,16 +758,7 @@ int ucp_failover_rma_restart(ucp_request_t *req)
     ucs_debug("req %p: ep %p RMA failed (%s), sending it again", req, ep,
               ucs_status_string(req->send.state.uct_comp.status));
     ++fo->num_restarts;
-    ++fo->num_redriven;
-    fo->redriven_bytes += req->send.rma.fo_length;
-
-    req->send.buffer                = req->send.rma.fo_buffer;
-    req->send.length                = req->send.rma.fo_length;
-    req->send.rma.remote_addr       = req->send.rma.fo_remote_addr;
-    req->send.state.dt.offset       = 0;
-    req->send.state.uct_comp.count  = 0;
-    req->send.state.uct_comp.status = UCS_OK;
-    req->send.pending_lane          = UCP_NULL_LANE;
+    ucp_failover_rma_rewind(req);
 
     /* from progress, as a rendezvous restart: the endpoint may not have its
      * new configuration yet */
@@ -813,15 +815,13 @@ static int ucp_failover_reroute_rkey_req(ucp_request_t *req)
 void ucp_failover_reroute(ucp_request_t *req)
 {
     ucp_ep_h ep = req->send.ep;
+    int resent;
 
     req->send.pending_lane = UCP_NULL_LANE;
-    if (ucp_failover_put_flush_reroute(req) &&
-        ucp_failover_reroute_rkey_req(req)) {
-        ucs_debug("req %p: a put whose lane failed before it was flushed is "
-                  "sent again on lane[%d]", req, req->send.lane);
-    } else if (ucp_failover_reroute_rkey_req(req)) {
-        ucs_debug("req %p: RMA/AMO request moved to lane[%d]", req,
-                  req->send.lane);
+    resent                 = ucp_failover_put_flush_reroute(req);
+    if (ucp_failover_reroute_rkey_req(req)) {
+        ucs_debug("req %p: RMA/AMO request moved to lane[%d]%s", req,
+                  req->send.lane, resent ? ", a put sent again whole" : "");
     } else if ((req->send.uct.func == ucp_ep_flush_progress_pending) &&
                ucp_failover_lane_is_failed(ep, req->send.lane)) {
         /* A flush waiting to flush the failed lane: that lane's work moved
