@@ -44,7 +44,8 @@
 # Environment: MRBED_PREFIX (default "mrfo"), names the namespaces
 # $MRBED_PREFIX-a and $MRBED_PREFIX-b. MRBED_FAULT_STAMP=FILE: "fault" writes
 # to FILE (when it is empty) the wall time just before the command that
-# makes the fault, for benchmarks.
+# makes the fault, for benchmarks. MRBED_FLAP_STAMP=FILE: "flap" writes to
+# FILE the wall time just before its last link-up.
 #
 set -eEu -o pipefail
 
@@ -273,6 +274,9 @@ cmd_flap() {
     for ((i = 0; i < count; i++)); do
         ip -n "$(ns_of "$side")" link set dev "r$rail" down
         sleep "$half"
+        if [ -n "${MRBED_FLAP_STAMP:-}" ] && [ "$i" = $((count - 1)) ]; then
+            echo "$EPOCHREALTIME" >"$MRBED_FLAP_STAMP"
+        fi
         ip -n "$(ns_of "$side")" link set dev "r$rail" up
         sleep "$half"
     done
