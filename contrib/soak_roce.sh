@@ -6,11 +6,14 @@
 # UCX_MULTIRAIL_FAILOVER=y for the whole run, and N fault injections, each
 # of a kind, guest and rail drawn at random: the carrier lost (QEMU
 # set_link), a silent drop both ways (nftables in both guests), a silent
-# drop one way (in one guest). Each injection waits until both sides failed
-# the rail's lane over, holds the fault 1-3 s, lifts it, waits until both
-# sides have the lane back, and lets traffic run 2-4 s before the next.
+# drop one way (in one guest). Each injection waits until both rails' lanes
+# are up on both sides, puts the fault in place, waits until both sides
+# failed the rail's lane over, holds the fault 1-3 s, lifts it, waits until
+# the lane's last event on both sides is its return, and lets traffic run
+# 2-4 s before the next.
 # At the end: nothing lost, duplicated, reordered or corrupted, no error
-# callback, no failed operation, no ERROR line, and every injection was
+# callback, no failed operation, no ERROR line, no re-probe's failed
+# connection logged above debug level, and every injection was
 # followed by a failover and a recovery on both sides (within 25 s and 45 s).
 #
 # Usage: contrib/soak_roce.sh [N]          (default 300)
@@ -53,6 +56,35 @@ cli=$(mr_roce_out a "cli-$tag")
 srv=$(mr_roce_out b "srv-$tag")
 echo "seed $seed, $n injections of: ${kinds[*]}" | tee "$log"
 
+# lane_up FILE DEV: the last failover or return of DEV's lane in FILE (if
+# any) is a return
+lane_up() {
+    local last
+    last=$({ grep -E "rc_verbs/$2:1 (failed \(|is back)" "$1" || true; } |
+           tail -1)
+    [ -z "$last" ] || [[ $last == *"is back"* ]]
+}
+
+# wait_lane_up FILE DEV SECS: until DEV's lane is up in FILE (bounded)
+wait_lane_up() {
+    local i
+    for ((i = 0; i < $3 * 5; i++)); do
+        lane_up "$1" "$2" && return 0
+        sleep 0.2
+    done
+    return 1
+}
+
+# wait_lanes_up SECS: until both rails' lanes are up on both sides
+wait_lanes_up() {
+    local f d
+    for f in "$cli" "$srv"; do
+        for d in rxe0 rxe1; do
+            wait_lane_up "$f" "$d" "$1" || return 1
+        done
+    done
+}
+
 declare -A done_on=([0]=0 [1]=0)
 ok=1
 t_start=$(mr_now)
@@ -63,11 +95,22 @@ for ((c = 1; c <= n; c++)); do
     hold=$((1 + RANDOM % 3))
     settle=$((2 + RANDOM % 3))
     dev=rxe$rail
-    want=$((done_on[$rail] + 1))
+    # both rails up on both sides first: a fault on the one rail left is
+    # the endpoint's end, not a failover
+    if ! wait_lanes_up 45; then
+        echo "$c: a lane is not up on both sides before the fault" |
+            tee -a "$log"
+        ok=0
+        break
+    fi
+    # an injection may fail a lane over more than once (it comes back
+    # during the hold and fails again): counted from the logs as they are
+    want_cli=$(($(count "$cli" "rc_verbs/$dev:1 failed (") + 1))
+    want_srv=$(($(count "$srv" "rc_verbs/$dev:1 failed (") + 1))
     "$MR_VM" fault "$kind" "$g" "$rail" >/dev/null ||
         { echo "$c: fault $kind $g $rail failed" | tee -a "$log"; ok=0; break; }
-    if ! wait_count "$cli" "rc_verbs/$dev:1 failed (" "$want" 25 ||
-       ! wait_count "$srv" "rc_verbs/$dev:1 failed (" "$want" 25; then
+    if ! wait_count "$cli" "rc_verbs/$dev:1 failed (" "$want_cli" 25 ||
+       ! wait_count "$srv" "rc_verbs/$dev:1 failed (" "$want_srv" 25; then
         echo "$c: $kind $g $rail: not failed over on both sides" | tee -a "$log"
         "$MR_VM" restore "$kind" "$g" "$rail" >/dev/null || true
         ok=0
@@ -77,14 +120,14 @@ for ((c = 1; c <= n; c++)); do
     "$MR_VM" restore "$kind" "$g" "$rail" >/dev/null ||
         { echo "$c: restore $kind $g $rail failed" | tee -a "$log"; ok=0;
           break; }
-    if ! wait_count "$cli" "rc_verbs/$dev:1 is back" "$want" 45 ||
-       ! wait_count "$srv" "rc_verbs/$dev:1 is back" "$want" 45; then
+    if ! wait_lane_up "$cli" "$dev" 45 || ! wait_lane_up "$srv" "$dev" 45
+    then
         echo "$c: $kind $g $rail: the lane is not back on both sides" |
             tee -a "$log"
         ok=0
         break
     fi
-    done_on[$rail]=$want
+    done_on[$rail]=$((done_on[$rail] + 1))
     echo "$c: $kind $g rail $rail held ${hold}s: failed over and back" \
          "on both sides ($(mr_elapsed "$t_start" "$(mr_now)") s)" >>"$log"
     sleep "$settle"
@@ -96,6 +139,7 @@ injected=$((done_on[0] + done_on[1]))
 mr_roce_pair_wait "$tag" "$dur"
 mr_test_ok=1
 mr_expect_clean "$MR_DIR"
+mr_expect_quiet_reprobes "$MR_DIR"
 [ "$mr_test_ok" = 1 ] || ok=0
 errors=$(count "$MR_DIR/client.out" "UCX  ERROR")
 errors=$((errors + $(count "$MR_DIR/server.out" "UCX  ERROR")))

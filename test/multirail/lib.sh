@@ -184,6 +184,21 @@ mr_expect_no_ucx_errors() {
     done
 }
 
+# mr_expect_quiet_reprobes DIR: while the traffic ran, no connection that a
+# re-probe of a failed lane sets up over a rail still down was logged above
+# debug level (an RC QP that cannot be connected, a TCP connection that
+# cannot be set up): such a failure is expected until the rail heals
+# (patch 0052: the re-probe's endpoints log their network failures at debug)
+mr_expect_quiet_reprobes() {
+    local role lines re='error modifying QP to RT|tcp_ep .*: cannot connect to|connection establishment for socket|connect\(fd=.*failed'
+    for role in client server; do
+        lines=$(awk '/^RESULT/ { exit } { print }' "$1/$role.out" |
+                grep -E "UCX  (DIAG|WARN|ERROR)" | grep -E "$re" || true)
+        [ -z "$lines" ] || mr_fail "$role: $(echo "$lines" | wc -l) re-probe" \
+            "failure(s) logged above debug, first: $(echo "$lines" | head -1 | cut -c1-160)"
+    done
+}
+
 # mr_log_excerpt DIR: after a failure, show on stderr what CI logs cannot
 # otherwise keep: the lines of the programs' logs that name a crash or an
 # error (bounded: 12 lines a file, files under DIR only)

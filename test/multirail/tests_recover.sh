@@ -94,6 +94,7 @@ t_recover() {
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
     mr_expect_no_ucx_errors "$MR_DIR"
+    mr_expect_quiet_reprobes "$MR_DIR"
     mr_expect_back "$rail" "$t_restore"
     [ "$carries" = 1 ] || return 0
     w=$(mr_back_wall "$MR_DIR/client.out" "r$rail" "$t_restore")
@@ -172,6 +173,7 @@ t_recover_flap() {
     mr_pair_wait "$MR_DIR"
     mr_expect_clean "$MR_DIR"
     mr_expect_no_ucx_errors "$MR_DIR"
+    mr_expect_quiet_reprobes "$MR_DIR"
     for role in client server; do
         n=$(grep -c "tcp/r1 failed (" "$MR_DIR/$role.out" || true)
         mr_note+=" ${role}_failovers=$n"

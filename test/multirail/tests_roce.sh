@@ -194,6 +194,7 @@ t_roce_link_cut() {
     t_restore=$(mr_now)
     mr_roce_pair_wait "$tag" "$dur"
     mr_expect_clean "$MR_DIR"
+    mr_expect_quiet_reprobes "$MR_DIR"
     for role in client server; do
         grep -q "$(mr_roce_tl)/$dev:1 failed (" "$MR_DIR/$role.out" ||
             mr_fail "$role did not fail the $dev lane over"
@@ -251,6 +252,7 @@ t_roce_drop() {
     t_restore=$(sed -n 's/^applied //p' <<<"$out")
     mr_roce_pair_wait "$tag" "$dur"
     mr_expect_clean "$MR_DIR"
+    mr_expect_quiet_reprobes "$MR_DIR"
     [ -n "$t_fault" ] && [ -n "$t_restore" ] ||
         { mr_fail "no time of the fault or its removal"; return 0; }
     for role in client server; do
@@ -329,10 +331,6 @@ mr_roce_all() {
     MR_ROCE_TLS=rc_verbs,ud_verbs \
         mr_run_test roce_healthy_failover_off_address_ud_peer \
         t_roce_healthy n address peer
-    # (worker-address endpoints are not run here yet: over RoCE they need an
-    # auxiliary transport for wireup, and with ud_verbs our library with
-    # failover off aborts on this bed in UD's "unhandled timeout error", as
-    # wireup over UD does not complete; to be investigated)
     # worker-address endpoints (no CM), wireup over UD (an auxiliary
     # transport, as on InfiniBand/RoCE clusters): the rail of the am lane
     # and of the UD wireup/keepalive lane unplugged and plugged back

@@ -516,10 +516,16 @@ static ucs_status_t ucp_failover_attempt_start(ucp_failover_rec_lane_t *rl,
     ++rl->attempts;
     ++rl->total_attempts;
 
-    params.field_mask = UCT_EP_PARAM_FIELD_IFACE |
-                        UCT_EP_PARAM_FIELD_PATH_INDEX;
-    params.iface      = wiface->iface;
-    params.path_index = rl->path_index;
+    /* a re-probe over a rail that has not healed is expected to fail: the
+     * transport logs that at debug level, not as a network failure (the
+     * lane's own failures and its return are logged here, at info level;
+     * the endpoint keeps the level when it becomes the lane's) */
+    params.field_mask    = UCT_EP_PARAM_FIELD_IFACE |
+                           UCT_EP_PARAM_FIELD_PATH_INDEX |
+                           UCT_EP_PARAM_FIELD_FAILURE_LEVEL;
+    params.iface         = wiface->iface;
+    params.path_index    = rl->path_index;
+    params.failure_level = UCS_LOG_LEVEL_DEBUG;
     if (!rl->p2p) {
         /* connected to the peer's interface at once */
         params.field_mask |= UCT_EP_PARAM_FIELD_DEV_ADDR |

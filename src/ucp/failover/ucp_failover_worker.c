@@ -23,6 +23,7 @@
 #include <ucp/core/ucp_ep.h>
 #include <ucp/core/ucp_ep.inl>
 #include <ucp/core/ucp_worker.h>
+#include <ucp/core/ucp_worker.inl>
 #include <ucp/wireup/wireup_ep.h>
 #include <uct/base/uct_worker.h>
 #include <ucs/arch/atomic.h>
@@ -38,11 +39,6 @@
 #include <string.h>
 
 
-/* Where RoCE ports name the network device they run on */
-#define UCP_FAILOVER_IB_NETDEV_FMT \
-    "/sys/class/infiniband/%s/ports/%u/gid_attrs/ndevs/0"
-
-
 static int ucp_failover_link_event_is_down(ucp_failover_link_event_t event)
 {
     return (event == UCP_FAILOVER_LINK_ADMIN_DOWN) ||
@@ -52,43 +48,29 @@ static int ucp_failover_link_event_is_down(ucp_failover_link_event_t event)
 }
 
 /*
- * The network device a resource runs on: the device itself for a network
- * interface (TCP), the port's netdev for a RoCE port ("mlx5_0:1"), none for
- * anything else (an InfiniBand port is watched through its port events).
+ * The network device a resource runs on, as its transport tells it
+ * (uct_iface_query_netdev: the device itself for TCP, the port's netdev for
+ * a RoCE port); none for anything else (an InfiniBand port is watched
+ * through its port events) or a resource without an interface here.
  */
-static void ucp_failover_rsc_netdev(const uct_tl_resource_desc_t *tl_rsc,
-                                    char *netdev, size_t max)
+static void ucp_failover_rsc_netdev(ucp_worker_h worker,
+                                    ucp_rsc_index_t rsc_index, char *netdev,
+                                    size_t max)
 {
-    char ib_dev[UCT_DEVICE_NAME_MAX];
-    char path[PATH_MAX];
-    unsigned port;
-    char *p;
+    ucp_worker_iface_t *wiface;
 
     netdev[0] = '\0';
-    if (tl_rsc->dev_type != UCT_DEVICE_TYPE_NET) {
+    if ((worker->context->tl_rscs[rsc_index].tl_rsc.dev_type !=
+         UCT_DEVICE_TYPE_NET) ||
+        !UCS_BITMAP_GET(worker->context->tl_bitmap, rsc_index)) {
         return;
     }
 
-    if (if_nametoindex(tl_rsc->dev_name) != 0) {
-        ucs_strncpy_zero(netdev, tl_rsc->dev_name, max);
-        return;
-    }
-
-    ucs_strncpy_zero(ib_dev, tl_rsc->dev_name, sizeof(ib_dev));
-    p = strchr(ib_dev, ':');
-    if ((p == NULL) || (sscanf(p + 1, "%u", &port) != 1)) {
-        return;
-    }
-
-    *p = '\0';
-    ucs_snprintf_zero(path, sizeof(path), UCP_FAILOVER_IB_NETDEV_FMT, ib_dev,
-                      port);
-    if (ucs_read_file_str(netdev, max, 1, "%s", path) <= 0) {
+    wiface = ucp_worker_iface(worker, rsc_index);
+    if ((wiface == NULL) || (wiface->iface == NULL) ||
+        (uct_iface_query_netdev(wiface->iface, netdev, max) != UCS_OK)) {
         netdev[0] = '\0';
-        return;
     }
-
-    netdev[strcspn(netdev, " \t\r\n")] = '\0';
 }
 
 static unsigned ucp_failover_worker_event_progress(void *arg);
@@ -381,8 +363,8 @@ void ucp_failover_worker_init(ucp_worker_h worker)
     ucp_failover_log_init(&fw->log);
     ucp_failover_recover_init(fw);
     for (rsc_index = 0; rsc_index < context->num_tls; ++rsc_index) {
-        ucp_failover_rsc_netdev(&context->tl_rscs[rsc_index].tl_rsc,
-                                fw->netdev[rsc_index], IFNAMSIZ);
+        ucp_failover_rsc_netdev(worker, rsc_index, fw->netdev[rsc_index],
+                                IFNAMSIZ);
     }
 
     worker->failover = fw;

@@ -7,6 +7,7 @@
 #include "ucp_test.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -3256,6 +3257,35 @@ protected:
         return UCS_ERR_UNREACHABLE;
     }
 
+    /* count the new transport endpoints on @a iface, and those that do not
+     * ask for their network failures to be logged at debug level */
+    void watch_ep_create(uct_iface_h iface)
+    {
+        if (s_watched.count(iface) != 0) {
+            return;
+        }
+
+        m_broken.push_back(std::make_pair(iface, iface->ops.ep_create));
+        s_watched[iface]     = iface->ops.ep_create;
+        iface->ops.ep_create = ep_create_watched;
+    }
+
+    static ucs_status_t ep_create_watched(const uct_ep_params_t *params,
+                                          uct_ep_h *ep_p)
+    {
+        ++s_ep_creates;
+        if (!(params->field_mask & UCT_EP_PARAM_FIELD_FAILURE_LEVEL) ||
+            (params->failure_level != UCS_LOG_LEVEL_DEBUG)) {
+            ++s_loud_ep_creates;
+        }
+
+        return s_watched[params->iface](params, ep_p);
+    }
+
+    static std::map<uct_iface_h, uct_ep_create_func_t> s_watched;
+    static unsigned s_ep_creates;
+    static unsigned s_loud_ep_creates;
+
     /* the failed lane's device comes back: re-probed at once */
     void device_up(bool via_bus)
     {
@@ -3277,6 +3307,11 @@ protected:
 
     std::vector<std::pair<uct_iface_h, uct_ep_create_func_t>> m_broken;
 };
+
+std::map<uct_iface_h, uct_ep_create_func_t>
+        test_ucp_multirail_recover::s_watched;
+unsigned test_ucp_multirail_recover::s_ep_creates      = 0;
+unsigned test_ucp_multirail_recover::s_loud_ep_creates = 0;
 
 UCS_TEST_P(test_ucp_multirail_recover, lane_comes_back)
 {
@@ -3309,6 +3344,27 @@ UCS_TEST_P(test_ucp_multirail_recover, fails_then_succeeds)
 
     restore_ep_create();
     expect_recovered(lane, 1);
+}
+
+/* A re-probe's transport endpoints (the initiator's and the one answering
+ * it) log their network failures at debug level (patch 0052): over a rail
+ * that has not healed, a re-probe is expected to fail */
+UCS_TEST_P(test_ucp_multirail_recover, reprobe_endpoints_log_at_debug)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+
+    s_watched.clear();
+    s_ep_creates      = 0;
+    s_loud_ep_creates = 0;
+    watch_ep_create(lane_iface(sender(), lane));
+    watch_ep_create(lane_iface(receiver(), data_lane(receiver().ep())));
+    fail_data_lane();
+    expect_recovered(lane, 1);
+    restore_ep_create();
+    s_watched.clear();
+    EXPECT_GE(s_ep_creates, 1u);
+    EXPECT_EQ(0u, s_loud_ep_creates);
 }
 
 /* Only the peer re-probes: this side answers its request */

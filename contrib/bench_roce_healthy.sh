@@ -1,0 +1,227 @@
+#!/bin/bash
+#
+# The healthy path and the degraded share on RDMA rails, as a benchmark (not
+# a test; issue 21): Debian's own ucx_perftest in the soft-RoCE guests
+# (test/roce/vm.sh: two TCG guests, rc_verbs on rxe0 and rxe1), the server
+# in b, the client in a, worker-address endpoints (perftest's own exchange),
+# wireup over ud_verbs (the auxiliary transport of an RDMA cluster).
+#
+#   healthy: tag_bw 1 MiB, tag_bw 8 B (message rate) and tag_lat 8 B over
+#            both rails, for Debian's libucx0, ours with failover off and
+#            ours with failover on, interleaved in each of R rounds
+#   degraded: tag_bw 1 MiB streaming for DUR iterations, ours with failover
+#            on; rail 1's wire unplugged in guest a (QEMU set_link) CUT
+#            seconds in, the lane fails over and rail 0 carries everything;
+#            against the same stream over rail 0 alone (UCX_NET_DEVICES
+#            without rxe1), in the same run. The rate is ucx_perftest's per
+#            report (about one a second): the median of the reports from
+#            3 s after the cut to the end, and of all reports of the
+#            one-rail run but the first
+#
+# The guests are CPU-bound under TCG: absolute MB/s mean little, ratios
+# within one run are the figures. Debian's UD never connects on soft-RoCE
+# without UCX_UD_VERBS_ETH_DGID_CHECK=n (patch 0049 fixes it in ours): every
+# variant runs with it, so that all three take the same lanes.
+#
+# Usage: contrib/bench_roce_healthy.sh [ROUNDS]     (default 3)
+#        MR_RHB_ERRMODE=peer   perftest's endpoints in err mode peer (-e)
+# Results: build/bench-roce-healthy/ (raw.txt, table.md, perftest logs)
+#
+set -eEu -o pipefail
+
+top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/contrib/common.sh"
+
+rounds=${1:-3}
+[[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] && [ "$rounds" -le 20 ] ||
+    die "ROUNDS must be 1..20"
+perftest=/usr/bin/ucx_perftest
+[ -x "$perftest" ] || die "Debian's ucx_perftest is missing (ucx-utils)"
+[ -e "$MRFO_PREFIX/lib/libucp.so.0" ] || die "build first: contrib/build.sh"
+
+export MRFO_PREFIX MRFO_SRC
+export MRFO_RESULTS=$MRFO_BUILD_DIR/bench-roce-healthy
+rm -rf "$MRFO_RESULTS"
+mkdir -p "$MRFO_RESULTS"
+. "$top/test/multirail/lib.sh"
+. "$top/test/multirail/tests_roce.sh"
+trap 'mr_roce_down' EXIT
+
+out=$MRFO_RESULTS
+raw=$out/raw.txt
+: >"$raw"
+port=13500
+errarg=()
+[ "${MR_RHB_ERRMODE:-none}" = peer ] && errarg=(-e)
+
+variant_env() {
+    case "$1" in
+        stock) echo "UCX_MULTIRAIL_UNUSED=1" ;;
+        off)   echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=n" ;;
+        on)    echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=y" \
+                    "UCX_MULTIRAIL_PROBE_TIMEOUT=$MR_ROCE_PROBE_TIMEOUT" ;;
+    esac
+}
+
+# run_pt NAME VARIANT DEVS TEST SIZE ITERS: one perftest pair; the client's
+# output in NAME.client.log; 1 if it did not finish
+run_pt() {
+    local name=$1 v=$2 devs=$3 t=$4 s=$5 n=$6 env bm rc=0
+    port=$((port + 1))
+    bm=$("$MR_VM" addr b m)
+    env="UCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=$devs"
+    env+=" UCX_MAX_EAGER_RAILS=2 UCX_MAX_RNDV_RAILS=2"
+    env+=" UCX_IB_ROCE_LOCAL_SUBNET=y UCX_UD_VERBS_ETH_DGID_CHECK=n"
+    env+=" $(variant_env "$v")"
+    # shellcheck disable=SC2086
+    "$MR_VM" spawn b "pts-$name" env $env timeout -k 5 300 "$perftest" \
+        -p "$port" >/dev/null
+    sleep 1
+    # shellcheck disable=SC2086
+    ROCE_EXEC_TIMEOUT=320 "$MR_VM" exec a env $env timeout -k 5 300 \
+        "$perftest" "$bm" -p "$port" -t "$t" -s "$s" -n "$n" \
+        "${errarg[@]}" >"$out/$name.client.log" 2>&1 || rc=$?
+    "$MR_VM" wait b "pts-$name" 60 >"$out/$name.server.log" 2>&1 || true
+    "$MR_VM" running b "pts-$name" && "$MR_VM" signal b "pts-$name" KILL
+    [ "$rc" = 0 ] && grep -q '^Final:' "$out/$name.client.log"
+}
+
+# final NAME FIELD(lat|bw|rate): from the Final: line (iterations, latency
+# p50 / average / overall, bandwidth average / overall, rate average /
+# overall)
+final() {
+    awk -v f="$2" '/^Final:/ {
+        if (f == "lat") print $3; else if (f == "bw") print $7; else print $9
+    }' "$out/$1.client.log"
+}
+
+mr_roce_boot || die "the guests did not boot"
+
+# --- healthy, interleaved
+tests="tag_bw 1 MiB|bw|tag_bw 1048576 150
+tag_bw 8 B rate|rate|tag_bw 8 50000
+tag_lat 8 B|lat|tag_lat 8 10000"
+for ((r = 1; r <= rounds; r++)); do
+    tno=0
+    while IFS='|' read -r label field args; do
+        tno=$((tno + 1))
+        for v in stock off on; do
+            name=h$r-$tno-$v
+            # shellcheck disable=SC2086
+            if run_pt "$name" "$v" rxe0:1,rxe1:1 $args; then
+                val=$(final "$name" "$field")
+            else
+                val=nan
+                echo "no result: $name" >&2
+            fi
+            echo "healthy $v $r $tno $val" | tee -a "$raw" >&2
+        done
+    done <<<"$tests"
+done
+
+# --- degraded: one rail only vs two rails with rail 1 cut
+dur_n=${MR_RHB_DEGRADED_ITERS:-400}
+cut=${MR_RHB_CUT:-8}
+
+# degraded_run NAME DEVS CUT_AT(-: no cut): a tag_bw 1 MiB stream of
+# dur_n iterations, failover on; rail 1 unplugged in guest a CUT_AT
+# seconds after the client's first report, plugged back after the run
+degraded_run() {
+    local name=$1 devs=$2 cut_at=$3 f pid t0 bm env
+    port=$((port + 1))
+    bm=$("$MR_VM" addr b m)
+    env="UCX_TLS=rc_verbs,ud_verbs UCX_NET_DEVICES=$devs"
+    env+=" UCX_MAX_EAGER_RAILS=2 UCX_MAX_RNDV_RAILS=2"
+    env+=" UCX_IB_ROCE_LOCAL_SUBNET=y UCX_UD_VERBS_ETH_DGID_CHECK=n"
+    env+=" $(variant_env on) UCX_LOG_LEVEL=info"
+    # shellcheck disable=SC2086
+    "$MR_VM" spawn b "pts-$name" env $env timeout -k 5 400 "$perftest" \
+        -p "$port" >/dev/null
+    sleep 1
+    # shellcheck disable=SC2086
+    "$MR_VM" spawn a "ptc-$name" env $env timeout -k 5 400 "$perftest" \
+        "$bm" -p "$port" -t tag_bw -s 1048576 -n "$dur_n" "${errarg[@]}" \
+        >/dev/null
+    f=$(mr_roce_out a "ptc-$name")
+    t0=$(mr_now)
+    wait_count "$f" '^\[thread 0\]' 1 60 || true
+    if [ "$cut_at" != - ]; then
+        sleep "$cut_at"
+        echo "cut $(mr_now)" >"$out/$name.cut"
+        "$MR_VM" fault link a 1 >/dev/null
+    fi
+    "$MR_VM" wait a "ptc-$name" 400 >"$out/$name.client.log" 2>&1 || true
+    "$MR_VM" wait b "pts-$name" 60 >"$out/$name.server.log" 2>&1 || true
+    [ "$cut_at" != - ] && "$MR_VM" restore link a 1 >/dev/null
+    "$MR_VM" running a "ptc-$name" && "$MR_VM" signal a "ptc-$name" KILL
+    "$MR_VM" running b "pts-$name" && "$MR_VM" signal b "pts-$name" KILL
+    echo "$t0" >"$out/$name.t0"
+}
+
+# median_reports LOG K: the median of the per-report bandwidths (MB/s, the
+# "[thread 0]" lines' interval average; about one report a second) in a
+# client log, the first K reports left out
+median_reports() {
+    grep '^\[thread 0\]' "$1" | awk -v k="$2" 'NR > k { print $7 }' |
+        sort -g | awk '{ v[NR] = $1 } END {
+            if (NR == 0) { print "nan"; exit }
+            print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+for ((r = 1; r <= ${MR_RHB_DEGRADED_ROUNDS:-2}; r++)); do
+    degraded_run "d$r-one" rxe0:1 -
+    echo "degraded one $r 0 $(median_reports "$out/d$r-one.client.log" 1)" |
+        tee -a "$raw" >&2
+    degraded_run "d$r-cut" rxe0:1,rxe1:1 "$cut"
+    # the reports before the cut and 3 s after it are left out: about one
+    # report a second
+    echo "degraded cut $r 0 $(median_reports "$out/d$r-cut.client.log" \
+        $((cut + 4)))" | tee -a "$raw" >&2
+    echo "degraded two $r 0 $(grep '^\[thread 0\]' "$out/d$r-cut.client.log" |
+        awk -v c="$cut" 'NR > 1 && NR <= c { print $7 }' | sort -g |
+        awk '{ v[NR] = $1 } END { if (NR == 0) print "nan";
+              else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')" |
+        tee -a "$raw" >&2
+    grep -h "rc_verbs/rxe1:1 failed (" "$out/d$r-cut.client.log" |
+        head -1 | cut -c1-200 >&2 || echo "d$r-cut: no failover line" >&2
+done
+
+# --- the table
+median() {
+    sort -g | awk '$1 != "nan" { v[++n] = $1 } END {
+        if (n == 0) { print "nan"; exit }
+        print (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }'
+}
+{
+    echo "ucx_perftest in the soft-RoCE guests, rc_verbs on 2 rails, wireup"
+    echo "over ud_verbs, err mode ${MR_RHB_ERRMODE:-none}; median of $rounds"
+    echo "rounds (min..max)"
+    echo
+    echo "| measurement | Debian libucx0 | ours, failover off | ours, failover on | off / Debian | on / off |"
+    echo "|---|---|---|---|---|---|"
+    tno=0
+    while IFS='|' read -r label field args; do
+        tno=$((tno + 1))
+        declare -A med=() rng=()
+        for v in stock off on; do
+            vals=$(awk -v v="$v" -v t="$tno" \
+                   '$1 == "healthy" && $2 == v && $4 == t { print $5 }' "$raw")
+            med[$v]=$(median <<<"$vals")
+            rng[$v]=$(sort -g <<<"$vals" | awk 'NR == 1 { a = $1 } { b = $1 }
+                      END { print a ".." b }')
+        done
+        awk -v l="$label" -v s="${med[stock]}" -v o="${med[off]}" \
+            -v n="${med[on]}" -v rs="${rng[stock]}" -v ro="${rng[off]}" \
+            -v rn="${rng[on]}" 'BEGIN {
+            printf "| %s | %s (%s) | %s (%s) | %s (%s) | %.3f | %.3f |\n",
+                l, s, rs, o, ro, n, rn, (s > 0 ? o / s : 0), (o > 0 ? n / o : 0) }'
+    done <<<"$tests"
+    echo
+    one=$(awk '$1 == "degraded" && $2 == "one" { print $5 }' "$raw" | median)
+    cutm=$(awk '$1 == "degraded" && $2 == "cut" { print $5 }' "$raw" | median)
+    two=$(awk '$1 == "degraded" && $2 == "two" { print $5 }' "$raw" | median)
+    echo "tag_bw 1 MiB, ours with failover on (MB/s, median of the runs'"
+    echo "per-report medians): two rails $two; rail 1 unplugged, its lane"
+    echo "failed over $cutm; rail 0 alone from the start $one; degraded /"
+    echo "one rail $(awk -v a="$cutm" -v b="$one" 'BEGIN { printf "%.3f", a / b }')"
+} | tee "$out/table.md"
