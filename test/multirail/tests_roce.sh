@@ -123,6 +123,56 @@ mr_roce_pair_wait() {
     return 0
 }
 
+# t_roce_tx_stall_perftest: Debian's own ucx_perftest (tag_bw, 8 B, err mode
+# peer, worker-address endpoints, wireup over TCP on eth0) on our library
+# with failover on; a few seconds in, guest b's rail 0 stops sending (a
+# tx-stall: its packets wait in a queue that sends nothing, as when a
+# virtio NIC's transmit queue stalled on this bed). Both sides fail the
+# lane over, and the run must end: its last step, a worker flush, once
+# waited forever for the cancel of the failed lane's RC endpoint, which
+# rxe never completes while its packets are held (patch 0054)
+t_roce_tx_stall_perftest() {
+    local bm env port=13390 f ok=0 k role
+    mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
+    bm=$("$MR_VM" addr b m)
+    env="UCX_TLS=rc_verbs,tcp UCX_NET_DEVICES=rxe0:1,rxe1:1,eth0"
+    env+=" UCX_MAX_EAGER_RAILS=2 UCX_MAX_RNDV_RAILS=2"
+    env+=" UCX_IB_ROCE_LOCAL_SUBNET=y LD_LIBRARY_PATH=$MRFO_PREFIX/lib"
+    env+=" UCX_MULTIRAIL_FAILOVER=y"
+    env+=" UCX_MULTIRAIL_PROBE_TIMEOUT=$MR_ROCE_PROBE_TIMEOUT UCX_LOG_LEVEL=info"
+    # shellcheck disable=SC2086
+    "$MR_VM" spawn b pt-stall-srv env $env timeout -k 5 200 \
+        /usr/bin/ucx_perftest -p "$port" >/dev/null
+    sleep 1
+    # shellcheck disable=SC2086
+    "$MR_VM" spawn a pt-stall-cli env $env timeout -k 5 200 \
+        /usr/bin/ucx_perftest "$bm" -p "$port" -t tag_bw -s 8 -n 100000 \
+        -e >/dev/null
+    f=$(mr_roce_out a pt-stall-cli)
+    wait_count "$f" '^\[thread 0\]' 3 60 || mr_fail "perftest did not start"
+    "$MR_VM" fault tx-stall b 0 >>"$MR_DIR/faults.log" 2>&1 ||
+        mr_fail "fault tx-stall b 0"
+    # bounded: 100,000 messages take ~25 s on this bed, the failover ~4 s
+    for ((k = 0; k < 600; k++)); do
+        grep -q '^Final:' "$f" 2>/dev/null && { ok=1; break; }
+        "$MR_VM" running a pt-stall-cli || break
+        sleep 0.2
+    done
+    "$MR_VM" restore tx-stall b 0 >>"$MR_DIR/faults.log" 2>&1 ||
+        mr_fail "restore tx-stall b 0"
+    "$MR_VM" running a pt-stall-cli && "$MR_VM" signal a pt-stall-cli KILL
+    "$MR_VM" wait a pt-stall-cli 30 >"$MR_DIR/client.out" 2>&1 || true
+    "$MR_VM" running b pt-stall-srv && "$MR_VM" signal b pt-stall-srv KILL
+    "$MR_VM" wait b pt-stall-srv 30 >"$MR_DIR/server.out" 2>&1 || true
+    [ "$ok" = 1 ] || mr_fail "ucx_perftest did not end after the failover"
+    for role in client server; do
+        grep -q "rc_verbs/rxe0:1 failed (" "$MR_DIR/$role.out" ||
+            mr_fail "$role did not fail the rxe0 lane over"
+    done
+    mr_expect_no_ucx_errors "$MR_DIR"
+    mr_note="$(grep '^Final:' "$MR_DIR/client.out" | tr -s ' ' | cut -c1-80)"
+}
+
 # The bed is what it says: two active RoCE ports per guest, rc_verbs on
 # both, only 198.18.0.0/15 addresses, no default route
 t_roce_bed() {
@@ -354,6 +404,8 @@ mr_roce_all() {
     mr_run_test roce_drop_r1_busy t_roce_drop drop a 1 busy
     mr_run_test roce_dropin_r1_idle_b t_roce_drop drop-in b 1 idle
     mr_run_test roce_drop_r0_amlane_busy t_roce_drop drop b 0 busy
+    # a rail that stops sending in one guest, under Debian's ucx_perftest
+    mr_run_test roce_tx_stall_perftest_b t_roce_tx_stall_perftest
     # ud_verbs rails (UD lanes: UCT's own reliability over datagrams) with
     # worker-address endpoints (UD on the rails only; with TCP's CM, TCP on
     # eth0 outscores UD on the second rail): healthy, a wire unplugged and

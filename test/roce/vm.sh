@@ -70,6 +70,10 @@
 #               the first of the two (or of their removals) was in place
 #   drop-in     the same in GUEST only: what it receives on the rail is
 #               dropped, what it sends gets through (one direction silent)
+#   tx-stall    a tbf qdisc of 8 bit/s on the rail in GUEST: what it sends
+#               waits in the queue (as behind a stalled virtio transmit
+#               queue, seen on this bed: "NETDEV WATCHDOG"); what it
+#               receives gets through
 #   rxe-delete  "rdma link delete rxeN" in the guest (restore: "rdma link add")
 #
 # What it creates (all under build/roce/, which is not committed):
@@ -688,6 +692,12 @@ fault_cmd() {
                 cat "$run/drop.$g"
             fi
             rm -f "$run/drop.a" "$run/drop.b" ;;
+        fault/tx-stall)
+            # a queue that sends (next to) nothing: a tbf of 8 bit/s holds
+            # the rail's packets, as a NIC whose transmit queue stalled
+            vm_exec "$g" "tc qdisc add dev $dev root tbf rate 8bit burst 1600 limit 100000" ;;
+        restore/tx-stall)
+            vm_exec "$g" "tc qdisc del dev $dev root" ;;
         fault/rxe-delete)
             vm_exec "$g" "rdma link delete rxe$r" ;;
         restore/rxe-delete)
@@ -723,9 +733,9 @@ case "$cmd" in
     signal) [ $# -ge 2 ] || die "usage: signal a|b NAME [SIG]"; check_guest "$1"
             check_name "$2"; signal_job "$@" ;;
     addr) [ $# -eq 2 ] || die "usage: addr a|b m|0|1"; addr "$@" ;;
-    fault) [ $# -eq 3 ] || die "usage: fault link|drop|drop-in|rxe-delete a|b 0|1"
+    fault) [ $# -eq 3 ] || die "usage: fault link|drop|drop-in|tx-stall|rxe-delete a|b 0|1"
            fault_cmd fault "$@" ;;
-    restore) [ $# -eq 3 ] || die "usage: restore link|drop|drop-in|rxe-delete a|b 0|1"
+    restore) [ $# -eq 3 ] || die "usage: restore link|drop|drop-in|tx-stall|rxe-delete a|b 0|1"
              fault_cmd restore "$@" ;;
     monitor) [ $# -ge 2 ] || die "usage: monitor a|b CMD..."; check_guest "$1"
              monitor_cmd "$@" ;;

@@ -581,8 +581,13 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
 
     /* Requests pending on the lane are taken out, and sent again under the
      * new configuration, which puts them on surviving lanes, after the
-     * ordered messages sent again */
-    ucp_worker_discard_uct_ep(ep, uct_ep, rsc_index, UCT_FLUSH_FLAG_CANCEL,
+     * ordered messages sent again. The failed transport endpoint is
+     * flushed (cancelled) and destroyed in the background; a worker flush
+     * does not wait for that: its work is on the other lanes now, and on a
+     * stuck path (a NIC holding its packets) the cancel may never end */
+    ucp_worker_discard_uct_ep(ep, uct_ep, rsc_index,
+                              UCT_FLUSH_FLAG_CANCEL |
+                              UCP_WORKER_DISCARD_FLAG_NO_FLUSH_OP,
                               ucp_request_purge_enqueue_cb, &replay_q,
                               ucp_failover_discarded_cb, NULL);
     num_replayed = ucs_queue_length(&replay_q);

@@ -395,7 +395,8 @@ static void ucp_failover_attempt_discard(ucp_failover_rec_lane_t *rl)
     ucs_status_t status;
 
     status = ucp_worker_discard_uct_ep(ep, uct_ep, rsc_index,
-                                       UCT_FLUSH_FLAG_CANCEL,
+                                       UCT_FLUSH_FLAG_CANCEL |
+                                       UCP_WORKER_DISCARD_FLAG_NO_FLUSH_OP,
                                        ucp_failover_attempt_purge_cb, NULL,
                                        ucp_failover_attempt_discarded_cb,
                                        NULL);

@@ -3282,6 +3282,15 @@ protected:
         return s_watched[params->iface](params, ep_p);
     }
 
+    /* a flush that never completes by itself */
+    static ucs_status_t ep_flush_stuck(uct_ep_h ep, unsigned flags,
+                                       uct_completion_t *comp)
+    {
+        s_stuck_comp = comp;
+        return UCS_INPROGRESS;
+    }
+
+    static uct_completion_t *s_stuck_comp;
     static std::map<uct_iface_h, uct_ep_create_func_t> s_watched;
     static unsigned s_ep_creates;
     static unsigned s_loud_ep_creates;
@@ -3310,6 +3319,7 @@ protected:
 
 std::map<uct_iface_h, uct_ep_create_func_t>
         test_ucp_multirail_recover::s_watched;
+uct_completion_t *test_ucp_multirail_recover::s_stuck_comp = NULL;
 unsigned test_ucp_multirail_recover::s_ep_creates      = 0;
 unsigned test_ucp_multirail_recover::s_loud_ep_creates = 0;
 
@@ -3365,6 +3375,40 @@ UCS_TEST_P(test_ucp_multirail_recover, reprobe_endpoints_log_at_debug)
     s_watched.clear();
     EXPECT_GE(s_ep_creates, 1u);
     EXPECT_EQ(0u, s_loud_ep_creates);
+}
+
+/* A flush of a failed lane's transport endpoint that never completes (a NIC
+ * that holds its packets: seen on soft-RoCE with a stalled virtio queue)
+ * does not hold up a worker flush: the lane's work is on the other lanes */
+UCS_TEST_P(test_ucp_multirail_recover, stuck_discard_not_a_flush_op,
+           "MULTIRAIL_REPROBE_INTERVAL=1000s",
+           "MULTIRAIL_REPROBE_MAX_INTERVAL=1000s")
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane = data_lane(sender().ep());
+    uct_iface_h iface     = lane_iface(sender(), lane);
+    uct_ep_flush_func_t orig_flush;
+
+    exchange(1 << 20, 1);
+    orig_flush           = iface->ops.ep_flush;
+    s_stuck_comp         = NULL;
+    iface->ops.ep_flush  = ep_flush_stuck;
+    fail_data_lane();
+    progress_for(0.1);
+    iface->ops.ep_flush = orig_flush;
+    ASSERT_TRUE(s_stuck_comp != NULL); /* the discard's flush is stuck */
+    EXPECT_EQ(1u, kh_size(&sender().worker()->discard_uct_ep_hash));
+    EXPECT_EQ(0u, sender().worker()->flush_ops_count);
+
+    /* the traffic goes on and the worker flush completes */
+    exchange(1 << 20, 2);
+    flush_worker(sender());
+    EXPECT_EQ(0u, m_err_count);
+
+    /* the flush ends at last: the endpoint is destroyed */
+    uct_invoke_completion(s_stuck_comp, UCS_ERR_CANCELED);
+    progress_for(0.1);
+    EXPECT_EQ(0u, kh_size(&sender().worker()->discard_uct_ep_hash));
 }
 
 /* Only the peer re-probes: this side answers its request */
