@@ -101,6 +101,11 @@ mr_roce_pair_start() {
     shift 3
     while [ $# -gt 0 ] && [ "$1" != -- ]; do envs+=("$1"); shift; done
     [ "${1:-}" = -- ] && shift
+    # A UD lane's fragment is one RoCE MTU (1024 B on this bed, less UCP's
+    # and the failover's headers): a 1 KiB AM message is two fragments,
+    # striped over the rails, and may complete after a later one (stock
+    # UCP's AM order; counted as am_late, not as a reorder)
+    [ "$(mr_roce_tl)" = ud_verbs ] && set -- --am-single-max 512 "$@"
     mr_roce_port=$((mr_roce_port + 1))
     bm=$("$MR_VM" addr b m)
     # shellcheck disable=SC2046
@@ -202,23 +207,30 @@ t_roce_tx_stall_perftest() {
 
 # mr_roce_run NAME FN [ARGS]: mr_run_test for a test on the guests. A test
 # that fails while a guest NIC's transmit queue stalled (the bed's fault,
-# logged by the guest kernel, mr_roce_nic_stalled) runs once more on
-# rebooted guests, and that run counts; the first run's logs stay in
-# NAME.bed-fault/
+# logged by the guest kernel, mr_roce_nic_stalled) runs again on rebooted
+# guests, up to MR_ROCE_BED_RETRIES (2) times, and the last run counts; the
+# first runs' logs stay in NAME.bed-fault[.N]/. (A stall can come back at
+# once after a reboot: seen twice in a row on 2026-12-04, with the same
+# test passing in 28 other runs)
+MR_ROCE_BED_RETRIES=${MR_ROCE_BED_RETRIES:-2}
 mr_roce_run() {
-    local name=$1 failed=$mr_failed
+    local name=$1 failed=$mr_failed try keep
     mr_run_test "$@"
-    [ "$mr_failed" != "$failed" ] && [ "$mr_roce_up" = 1 ] &&
-        mr_roce_nic_stalled || return 0
-    echo "  bed fault during $name: a guest NIC stopped sending" \
-         "(NETDEV WATCHDOG, or no ping over a rail); $name runs again on" \
-         "rebooted guests" >&2
-    mr_failed=$failed
-    unset 'mr_failures[${#mr_failures[@]}-1]'
-    rm -rf "$MRFO_RESULTS/$name.bed-fault"
-    mv "$MRFO_RESULTS/$name" "$MRFO_RESULTS/$name.bed-fault"
-    mr_roce_boot >/dev/null 2>&1 || true
-    mr_run_test "$@"
+    for ((try = 1; try <= MR_ROCE_BED_RETRIES; try++)); do
+        [ "$mr_failed" != "$failed" ] && [ "$mr_roce_up" = 1 ] &&
+            mr_roce_nic_stalled || return 0
+        echo "  bed fault during $name: a guest NIC stopped sending" \
+             "(NETDEV WATCHDOG, or no ping over a rail); $name runs again" \
+             "on rebooted guests ($try of $MR_ROCE_BED_RETRIES)" >&2
+        mr_failed=$failed
+        unset 'mr_failures[${#mr_failures[@]}-1]'
+        keep=$MRFO_RESULTS/$name.bed-fault
+        [ "$try" = 1 ] || keep+=.$try
+        rm -rf "$keep"
+        mv "$MRFO_RESULTS/$name" "$keep"
+        mr_roce_boot >/dev/null 2>&1 || true
+        mr_run_test "$@"
+    done
 }
 
 # The bed is what it says: two active RoCE ports per guest, rc_verbs on
@@ -380,6 +392,8 @@ MR_ROCE_GTEST_FILTER='rcv/test_ucp_multirail_failover.*/0'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_failover.*/3'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_traffic.*/0'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_traffic.*/3'
+MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_wireup_lane.*/0'
+MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_wireup_lane.*/2'
 MR_ROCE_GTEST_FILTER+='-*socket_error_mid_zcopy*:*request_waits_on_new_am*'
 MR_ROCE_GTEST_FILTER+=':*data_stream_lost_fragments*'
 MR_ROCE_GTEST_FILTER+=':*last_lane_fails_endpoint/3:*config_table_full*/3'

@@ -485,6 +485,39 @@ static int ucp_failover_is_last_rma_bw_lane(ucp_ep_h ep, ucp_lane_index_t lane)
     return found;
 }
 
+/*
+ * Whether wireup's request and reply can go to the am lane, as they do when
+ * the lane that carries them (wireup_msg_lane) fails over. Not before the
+ * peer is connected while the am lane's transport endpoint connects to the
+ * peer's endpoint (RC with wireup over UD; TCP in err mode PEER): until the
+ * reply has connected it, it cannot send, and its wireup endpoint has no
+ * auxiliary endpoint (wireup has a lane of its own). An am lane connected
+ * to the peer's interface can (TCP in err mode NONE: it sends once its
+ * connection is made). An endpoint with a CM does not send them.
+ */
+static int ucp_failover_am_lane_takes_wireup(ucp_ep_h ep)
+{
+    ucp_lane_index_t am_lane = ucp_ep_get_am_lane(ep);
+    ucp_wireup_ep_t *wireup_ep;
+
+    if (ucp_ep_has_cm_lane(ep) || (ep->flags & UCP_EP_FLAG_REMOTE_CONNECTED)) {
+        return 1;
+    }
+
+    if ((am_lane == UCP_NULL_LANE) || (ep->uct_eps[am_lane] == NULL)) {
+        return 0;
+    }
+
+    if (!ucp_wireup_ep_test(ep->uct_eps[am_lane])) {
+        return 1;
+    }
+
+    wireup_ep = ucp_wireup_ep(ep->uct_eps[am_lane]);
+    return (wireup_ep->flags & UCP_WIREUP_EP_FLAG_READY) ||
+           (wireup_ep->aux_ep != NULL) ||
+           !ucp_ep_is_lane_p2p(ep, am_lane);
+}
+
 int ucp_failover_lane_can_fail(ucp_ep_h ep, ucp_lane_index_t lane)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
@@ -506,7 +539,11 @@ int ucp_failover_lane_can_fail(ucp_ep_h ep, ucp_lane_index_t lane)
             * carries wireup's own messages; a data lane can fail over
             * (e.g. a rail that is down on one peer when they connect) */
            (!ucp_wireup_ep_test(ep->uct_eps[lane]) ||
-            (lane != ucp_ep_get_am_lane(ep)));
+            (lane != ucp_ep_get_am_lane(ep))) &&
+           /* so is the lane of wireup's request and reply while only it
+            * can carry them */
+           ((lane != ucp_ep_config(ep)->key.wireup_msg_lane) ||
+            ucp_failover_am_lane_takes_wireup(ep));
 }
 
 ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,

@@ -1681,6 +1681,101 @@ UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_wireup, tcp, "tcp")
 
 
 /*
+ * Worker-address endpoints whose wireup request and reply have a lane of
+ * their own (an auxiliary transport connected to the peer's interface: UD
+ * beside RC rails, TCP beside TCP rails). That lane fails before the peer
+ * answered, while the request may still wait in it (a UD endpoint sends
+ * once the peer's UD answered its connection request, which a dead rail
+ * never does).
+ * - Failover off: the endpoint fails, its error callback is called. The
+ *   request purged from the lane once reached an assertion
+ *   (ucp_request_send_state_ff(), patch 0055) and aborted the process.
+ * - Failover on, the am lane's transport connects to the peer's endpoint
+ *   (RC; TCP in err mode PEER): it cannot send the request before the
+ *   reply, so the lane does not fail over (it once sent the request on an
+ *   unconnected RC endpoint: an assertion in rc_verbs_ep.c); the endpoint
+ *   fails as stock.
+ * - Failover on, an am lane connected to the peer's interface (TCP in err
+ *   mode NONE): the request goes to the am lane, the endpoint lives on.
+ */
+class test_ucp_multirail_wireup_lane : public test_ucp_multirail_failover {
+public:
+    enum {
+        FAILOVER_OFF = 16
+    };
+
+    static void get_test_variants(std::vector<ucp_test_variant> &variants)
+    {
+        add_variant_with_value(variants, UCP_FEATURE_TAG, ERR_MODE_PEER,
+                               "peer");
+        add_variant_with_value(variants, UCP_FEATURE_TAG, ERR_MODE_NONE,
+                               "none");
+        add_variant_with_value(variants, UCP_FEATURE_TAG,
+                               ERR_MODE_PEER | FAILOVER_OFF, "peer/off");
+    }
+
+    void init()
+    {
+        if (get_variant_value() & FAILOVER_OFF) {
+            modify_config("MULTIRAIL_FAILOVER", "n");
+        }
+        /* the test connects */
+        ucp_test::init();
+    }
+
+    void cleanup()
+    {
+        /* the receiver's TCP connections from an endpoint that failed while
+         * they were being made: UCT/TCP logs errors about them when it
+         * closes them (stock UCX, failover off, does the same) */
+        scoped_log_handler hide_err(hide_errors_logger);
+        ucp_test::cleanup();
+    }
+};
+
+UCS_TEST_P(test_ucp_multirail_wireup_lane, fails_before_peer_connected)
+{
+    bool off = get_variant_value() & FAILOVER_OFF;
+
+    sender().connect(&receiver(), get_ep_params());
+
+    ucp_ep_h ep           = sender().ep();
+    ucp_lane_index_t lane = ucp_ep_config(ep)->key.wireup_msg_lane;
+    ucp_lane_index_t am   = ucp_ep_get_am_lane(ep);
+    if ((lane == UCP_NULL_LANE) || (lane == am)) {
+        UCS_TEST_SKIP_R("wireup has no lane of its own");
+    }
+    ASSERT_FALSE(ep->flags & UCP_EP_FLAG_REMOTE_CONNECTED);
+    ASSERT_EQ(!off, !!(ucp_ep_ext_control(ep)->failover.flags &
+                       UCP_FAILOVER_EP_FLAG_NEGOTIATED));
+
+    bool fails_over = !off && !ucp_ep_is_lane_p2p(ep, am);
+    if (!fails_over && err_mode_none()) {
+        UCS_TEST_SKIP_R("the endpoint fails, with no error callback in err "
+                        "mode none");
+    }
+
+    scoped_log_handler wrap_err(wrap_errors_logger);
+    fail_lane(sender(), lane);
+    if (fails_over) {
+        receiver().connect(&sender(), get_ep_params());
+        exchange(8, 2);
+        EXPECT_EQ(1u, num_failed(ep));
+        EXPECT_EQ(0u, m_err_count);
+    } else {
+        wait_for_flag(&m_err_count);
+        EXPECT_EQ(1u, m_err_count);
+        EXPECT_TRUE(ep->flags & UCP_EP_FLAG_FAILED);
+        EXPECT_EQ(0u, num_failed(ep));
+    }
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_wireup_lane, tcp, "tcp")
+/* RC rails, wireup over UD (run inside a soft-RoCE guest) */
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_wireup_lane, rcv, "rc_v")
+
+
+/*
  * A data lane fails while each kind of traffic is in flight: tag eager single
  * and multi-fragment, rendezvous (put scheme and the default), AM, stream,
  * RMA put (with flush) and get, atomics and flush. The failure is injected on
