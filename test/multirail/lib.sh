@@ -99,7 +99,7 @@ mr_event_wall() {
 # Bytes a rail carried (tx, as seen by the process) over a run
 mr_rail_tx() {
     grep '^TL ' "$1" | tr ' ' '\n' | sed -n "s/^$2_tx=//p" |
-        awk '$1 ~ /^[0-9]+$/ {s += $1} END {print s + 0}'
+        awk '$1 ~ /^[0-9]+$/ {s += $1} END {printf "%.0f\n", s}'
 }
 
 # Bytes a rail carried (tx) in timeline intervals that end after wall time

@@ -82,7 +82,7 @@ t_detect_stall() {
     [ "${n:-0}" -gt 0 ] ||
         mr_fail "the server never advertised a zero window"
     zw=$(sed -n 's/.*closed window suspended TCP_USER_TIMEOUT \([0-9]*\).*/\1/p' \
-             "$MR_DIR/client.out" | awk '{ s += $1 } END { print s + 0 }')
+             "$MR_DIR/client.out" | awk '{ s += $1 } END { printf "%.0f\n", s }')
     [ "$zw" -gt 0 ] ||
         mr_fail "the client's zero-window guard never acted"
     mr_note+=" stall=${secs}s zero_window_adv=${n:-0} guard_suspended=$zw"

@@ -143,7 +143,7 @@ t_failover_amlane_twice() {
         n=$(mr_count_running "$MR_DIR/$role.out" "am lane moved")
         mr_expect_eq "$role am lane moves" 2 "$n"
         mr_note+=" ${role}_resent=$(grep -o "[0-9]* message(s) not acknowledged" \
-            "$MR_DIR/$role.out" | awk '{s += $1} END {print s + 0}')"
+            "$MR_DIR/$role.out" | awk '{s += $1} END {printf "%.0f\n", s}')"
     done
     mr_expect_am_agree
     mr_note+=" r2_tx=$(mr_rail_tx "$MR_DIR/client.out" r2)"
