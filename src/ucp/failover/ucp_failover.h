@@ -133,6 +133,30 @@ typedef struct ucp_failover_ep {
 
 
 /**
+ * The failover state of every endpoint of a context that runs no failover:
+ * all zero (no lane failed, nothing negotiated), shared and read-only, so
+ * that such an endpoint carries a pointer and no state (a write to it is a
+ * bug, and faults).
+ */
+extern const ucp_failover_ep_t ucp_failover_ep_inactive;
+
+
+/** Bytes of failover state an endpoint of @a _context carries after its
+ *  control extension: none if the context runs no failover */
+#define ucp_failover_ep_size(_context) \
+    (ucp_failover_is_enabled(_context) ? sizeof(ucp_failover_ep_t) : 0)
+
+
+/** The failover state of a new endpoint of @a _context: @a _mem (the
+ *  zeroed ucp_failover_ep_size() bytes after its control extension), or the
+ *  shared inactive state */
+#define ucp_failover_ep_state(_context, _mem) \
+    (ucp_failover_is_enabled(_context) ? \
+             (ucp_failover_ep_t*)(_mem) : \
+             (ucp_failover_ep_t*)&ucp_failover_ep_inactive)
+
+
+/**
  * Worker hooks: start the worker's rail monitor (link events of the network
  * devices behind its interfaces, liveness probes of its lanes) when failover
  * is enabled, and stop it. A monitor that cannot start is logged, and the

@@ -28,7 +28,7 @@ typedef struct ucp_failover_seq ucp_failover_seq_t;
 /** The endpoint's failover state */
 static UCS_F_ALWAYS_INLINE ucp_failover_ep_t *ucp_failover_ep(ucp_ep_h ep)
 {
-    return &ucp_ep_ext_control(ep)->failover;
+    return ucp_ep_ext_control(ep)->failover;
 }
 
 

@@ -27,6 +27,10 @@
 #include <ucs/datastruct/string_buffer.h>
 
 
+/* (zero: no lane failed, nothing negotiated; in read-only memory) */
+const ucp_failover_ep_t ucp_failover_ep_inactive = {0};
+
+
 /*
  * Multi-fragment eager/AM data (and rendezvous data sent as AM fragments)
  * is striped over the am_bw lanes. Over TCP a fragment "completes" when it
@@ -186,9 +190,12 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
         return;
     }
 
+    if (!ucp_failover_is_enabled(ep->worker->context)) {
+        return; /* (the shared inactive state) */
+    }
+
     fo->flags &= ~UCP_FAILOVER_EP_FLAG_NEGOTIATED;
-    if (!ucp_failover_is_enabled(ep->worker->context) ||
-        (ep->flags & UCP_EP_FLAG_INTERNAL) || (addr_indices == NULL)) {
+    if ((ep->flags & UCP_EP_FLAG_INTERNAL) || (addr_indices == NULL)) {
         return;
     }
 
@@ -236,6 +243,10 @@ void ucp_failover_ep_set_peer_lanes(ucp_ep_h ep,
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
     ucp_lane_index_t lane;
+
+    if (!ucp_failover_is_enabled(ep->worker->context)) {
+        return; /* (the shared inactive state) */
+    }
 
     fo->peer_lane_valid = 0;
     for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
