@@ -74,6 +74,13 @@
 #               waits in the queue (as behind a stalled virtio transmit
 #               queue, seen on this bed: "NETDEV WATCHDOG"); what it
 #               receives gets through
+#   tx-hold     as tx-stall, but the restore releases what the queue held
+#               (the rate raised to 100 Mbit/s, then the qdisc removed once
+#               empty): packets of the failed lane's QPs, requests, RDMA
+#               writes and acknowledgements, arrive late at the peer, after
+#               the lane failed over (the late writes of a discarded QP).
+#               Prints "applied T" (the guest's time) when held, and when
+#               the release began
 #   rxe-delete  "rdma link delete rxeN" in the guest (restore: "rdma link add")
 #
 # What it creates (all under build/roce/, which is not committed):
@@ -703,6 +710,20 @@ fault_cmd() {
             vm_exec "$g" "tc qdisc add dev $dev root tbf rate 8bit burst 1600 limit 100000" ;;
         restore/tx-stall)
             vm_exec "$g" "tc qdisc del dev $dev root" ;;
+        fault/tx-hold)
+            vm_exec "$g" "tc qdisc add dev $dev root tbf rate 8bit burst 1600 limit 100000 &&
+echo \"applied \$EPOCHREALTIME\"" ;;
+        restore/tx-hold)
+            # release the held packets, wait (bounded: 10 s) until the
+            # queue is empty, then remove the qdisc
+            vm_exec "$g" "tc qdisc change dev $dev root tbf rate 100mbit burst 100000 limit 100000 &&
+echo \"applied \$EPOCHREALTIME\" &&
+for i in \$(seq 100); do
+    tc -s qdisc show dev $dev | grep -q 'backlog 0b 0p' && break
+    sleep 0.1
+done
+tc -s qdisc show dev $dev | sed -n 's/^ *\\(Sent .*\\)/released: \\1/p'
+tc qdisc del dev $dev root" ;;
         fault/rxe-delete)
             vm_exec "$g" "rdma link delete rxe$r" ;;
         restore/rxe-delete)
@@ -738,9 +759,9 @@ case "$cmd" in
     signal) [ $# -ge 2 ] || die "usage: signal a|b NAME [SIG]"; check_guest "$1"
             check_name "$2"; signal_job "$@" ;;
     addr) [ $# -eq 2 ] || die "usage: addr a|b m|0|1"; addr "$@" ;;
-    fault) [ $# -eq 3 ] || die "usage: fault link|drop|drop-in|tx-stall|rxe-delete a|b 0|1"
+    fault) [ $# -eq 3 ] || die "usage: fault link|drop|drop-in|tx-stall|tx-hold|rxe-delete a|b 0|1"
            fault_cmd fault "$@" ;;
-    restore) [ $# -eq 3 ] || die "usage: restore link|drop|drop-in|tx-stall|rxe-delete a|b 0|1"
+    restore) [ $# -eq 3 ] || die "usage: restore link|drop|drop-in|tx-stall|tx-hold|rxe-delete a|b 0|1"
              fault_cmd restore "$@" ;;
     monitor) [ $# -ge 2 ] || die "usage: monitor a|b CMD..."; check_guest "$1"
              monitor_cmd "$@" ;;
