@@ -73,14 +73,14 @@
 #   tx-stall    a tbf qdisc of 8 bit/s on the rail in GUEST: what it sends
 #               waits in the queue (as behind a stalled virtio transmit
 #               queue, seen on this bed: "NETDEV WATCHDOG"); what it
-#               receives gets through
+#               receives gets through. Prints "applied T" (the guest's time)
 #   tx-hold     as tx-stall, but the restore releases what the queue held
 #               (the rate raised to 100 Mbit/s, then the qdisc removed once
 #               empty): packets of the failed lane's QPs, requests, RDMA
 #               writes and acknowledgements, arrive late at the peer, after
 #               the lane failed over (the late writes of a discarded QP).
-#               Prints "applied T" (the guest's time) when held, and when
-#               the release began
+#               The restore prints "applied T" when the release began, and
+#               what the qdisc sent and dropped ("released: Sent ...")
 #   rxe-delete  "rdma link delete rxeN" in the guest (restore: "rdma link add")
 #
 # What it creates (all under build/roce/, which is not committed):
@@ -704,15 +704,13 @@ fault_cmd() {
                 cat "$run/drop.$g"
             fi
             rm -f "$run/drop.a" "$run/drop.b" ;;
-        fault/tx-stall)
+        fault/tx-stall|fault/tx-hold)
             # a queue that sends (next to) nothing: a tbf of 8 bit/s holds
             # the rail's packets, as a NIC whose transmit queue stalled
-            vm_exec "$g" "tc qdisc add dev $dev root tbf rate 8bit burst 1600 limit 100000" ;;
-        restore/tx-stall)
-            vm_exec "$g" "tc qdisc del dev $dev root" ;;
-        fault/tx-hold)
             vm_exec "$g" "tc qdisc add dev $dev root tbf rate 8bit burst 1600 limit 100000 &&
 echo \"applied \$EPOCHREALTIME\"" ;;
+        restore/tx-stall)
+            vm_exec "$g" "tc qdisc del dev $dev root" ;;
         restore/tx-hold)
             # release the held packets, wait (bounded: 10 s) until the
             # queue is empty, then remove the qdisc
