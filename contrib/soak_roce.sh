@@ -13,13 +13,17 @@
 # 2-4 s before the next.
 # At the end: nothing lost, duplicated, reordered or corrupted, no error
 # callback, no failed operation, no ERROR line, no re-probe's failed
-# connection logged above debug level, and every injection was
-# followed by a failover and a recovery on both sides (within 25 s and 45 s).
+# connection logged above debug level, every injection was followed by a
+# failover and a recovery on both sides (within 25 s and 45 s), and the
+# QPs the checkers' failed lanes leave in the error state do not pile up
+# (at most MR_SOAK_MAX_ERR_QPS in a guest after any injection: rxe never
+# reports a QP's last WQE, patch 0058 bounds the wait for it).
 #
 # Usage: contrib/soak_roce.sh [N]          (default 300)
 #        MR_SOAK_SEED=S    the random sequence (default: from the clock;
 #                          printed, so that a run can be repeated)
 #        MR_SOAK_KINDS     the kinds to draw from (default "link drop drop-in")
+#        MR_SOAK_MAX_ERR_QPS  (default 24)
 # Results: build/soak-roce/ (the checkers' logs, injections.log)
 #
 set -eEu -o pipefail
@@ -30,6 +34,7 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 n=${1:-300}
 seed=${MR_SOAK_SEED:-$(date +%s)}
 read -r -a kinds <<<"${MR_SOAK_KINDS:-link drop drop-in}"
+max_err_qps=${MR_SOAK_MAX_ERR_QPS:-24}
 
 export MRFO_PREFIX MRFO_SRC
 export MRFO_RESULTS=$MRFO_BUILD_DIR/soak-roce
@@ -56,36 +61,22 @@ cli=$(mr_roce_out a "cli-$tag")
 srv=$(mr_roce_out b "srv-$tag")
 echo "seed $seed, $n injections of: ${kinds[*]}" | tee "$log"
 
-# lane_up FILE DEV: the last failover or return of DEV's lane in FILE (if
-# any) is a return
-lane_up() {
-    local last
-    last=$({ grep -E "rc_verbs/$2:1 (failed \(|is back)" "$1" || true; } |
-           tail -1)
-    [ -z "$last" ] || [[ $last == *"is back"* ]]
-}
-
-# wait_lane_up FILE DEV SECS: until DEV's lane is up in FILE (bounded)
-wait_lane_up() {
-    local i
-    for ((i = 0; i < $3 * 5; i++)); do
-        lane_up "$1" "$2" && return 0
-        sleep 0.2
-    done
-    return 1
-}
-
-# wait_lanes_up SECS: until both rails' lanes are up on both sides
-wait_lanes_up() {
-    local f d
-    for f in "$cli" "$srv"; do
-        for d in rxe0 rxe1; do
-            wait_lane_up "$f" "$d" "$1" || return 1
-        done
-    done
-}
-
 declare -A done_on=([0]=0 [1]=0)
+declare -A qps_first=() qps_last=() err_max=([a]=0 [b]=0)
+# sample_qps WHEN: the checkers' QPs, error-state QPs and RSS in each guest
+sample_qps() {
+    local g q e r
+    for g in a b; do
+        read -r q e r < <(mr_roce_qps "$g") || { q=? e=? r=?; }
+        [ -n "${qps_first[$g]:-}" ] || qps_first[$g]="$q $e $r"
+        qps_last[$g]="$q $e $r"
+        if [ "$e" != "?" ] && [ "$e" -gt "${err_max[$g]}" ]; then
+            err_max[$g]=$e
+        fi
+        echo "$1: $g: $q QPs, $e in error state, RSS $r KiB" >>"$log"
+    done
+}
+sample_qps start
 ok=1
 t_start=$(mr_now)
 for ((c = 1; c <= n; c++)); do
@@ -97,7 +88,7 @@ for ((c = 1; c <= n; c++)); do
     dev=rxe$rail
     # both rails up on both sides first: a fault on the one rail left is
     # the endpoint's end, not a failover
-    if ! wait_lanes_up 45; then
+    if ! mr_roce_wait_lanes_up 45 "$cli" "$srv"; then
         echo "$c: a lane is not up on both sides before the fault" |
             tee -a "$log"
         ok=0
@@ -120,8 +111,8 @@ for ((c = 1; c <= n; c++)); do
     "$MR_VM" restore "$kind" "$g" "$rail" >/dev/null ||
         { echo "$c: restore $kind $g $rail failed" | tee -a "$log"; ok=0;
           break; }
-    if ! wait_lane_up "$cli" "$dev" 45 || ! wait_lane_up "$srv" "$dev" 45
-    then
+    if ! mr_roce_wait_lane "$cli" "$dev" up 45 ||
+       ! mr_roce_wait_lane "$srv" "$dev" up 45; then
         echo "$c: $kind $g $rail: the lane is not back on both sides" |
             tee -a "$log"
         ok=0
@@ -130,9 +121,18 @@ for ((c = 1; c <= n; c++)); do
     done_on[$rail]=$((done_on[$rail] + 1))
     echo "$c: $kind $g rail $rail held ${hold}s: failed over and back" \
          "on both sides ($(mr_elapsed "$t_start" "$(mr_now)") s)" >>"$log"
+    sample_qps "$c"
     sleep "$settle"
 done
 injected=$((done_on[0] + done_on[1]))
+
+for g in a b; do
+    if [ "${err_max[$g]}" -gt "$max_err_qps" ]; then
+        echo "guest $g: up to ${err_max[$g]} QPs in the error state" \
+             "(more than $max_err_qps)" | tee -a "$log"
+        ok=0
+    fi
+done
 
 # the client ends its traffic now (as if its duration had passed)
 "$MR_VM" exec a "pkill -USR1 -x mr_check" >/dev/null 2>&1 || true
@@ -160,6 +160,11 @@ for role in client server; do
     grep '^RESULT' "$MR_DIR/$role.out" || echo "$role: no RESULT"
 done
 echo "ERROR lines: $errors; injections: $log"
+for g in a b; do
+    echo "guest $g: QPs, in error state, RSS KiB: ${qps_first[$g]} at the" \
+         "start, ${qps_last[$g]} after the last injection; at most" \
+         "${err_max[$g]} in the error state"
+done
 [ "$bed_fault" = 0 ] ||
     echo "bed fault: a guest NIC stopped sending (NETDEV WATCHDOG, or a rail" \
          "without ping after the run): look at the checkers' TL lines"

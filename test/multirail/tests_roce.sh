@@ -93,6 +93,15 @@ mr_roce_tl() { local tls=${MR_ROCE_TLS:-rc_verbs}; echo "${tls%%,*}"; }
 # A job's stdout in its guest's share (grows while it runs)
 mr_roce_out() { echo "$MR_ROCE_RUN/$1/out/$2.out"; }
 
+# mr_roce_qps GUEST: "QPS ERR RSS" of the checker in GUEST: its RC/UD QPs
+# (rdma res), how many of them are in the error state, its RSS in KiB
+mr_roce_qps() {
+    "$MR_VM" exec "$1" \
+        "rdma res show qp | awk '/comm mr_check/ { n++; if (/state ERR/) e++ }
+                                END { printf \"%d %d \", n, e }';
+         ps -o rss= -C mr_check | awk '{ s += \$1 } END { print s + 0 }'"
+}
+
 # mr_roce_pair_start TAG FAILOVER(y|n) DURATION [ENV=VAL ...] -- [args]:
 # the checker's server in b and client in a (background jobs srv-TAG and
 # cli-TAG); 1 if the server does not listen
@@ -320,6 +329,93 @@ t_roce_link_cut() {
     mr_note="eth$((rail + 1))_tx_after_heal=$tx_after"
 }
 
+# mr_roce_lane_up FILE DEV: the last failover or return of DEV's lane in
+# FILE (a checker's output, growing), if any, is a return
+mr_roce_lane_up() {
+    local last
+    last=$({ grep -E "$(mr_roce_tl)/$2:1 (failed \(|is back)" "$1" ||
+             true; } | tail -1)
+    [ -z "$last" ] || [[ $last == *"is back"* ]]
+}
+
+# mr_roce_wait_lane FILE DEV up|down SECS: until DEV's lane's last event in
+# FILE is a return (up: or no event yet) or a failover (down)
+mr_roce_wait_lane() {
+    local i
+    for ((i = 0; i < $4 * 5; i++)); do
+        if mr_roce_lane_up "$1" "$2"; then
+            [ "$3" = up ] && return 0
+        else
+            [ "$3" = down ] && return 0
+        fi
+        sleep 0.2
+    done
+    return 1
+}
+
+# mr_roce_wait_lanes_up SECS FILE...: until both rails' lanes are up in
+# every FILE
+mr_roce_wait_lanes_up() {
+    local secs=$1 f d
+    shift
+    for f in "$@"; do
+        for d in rxe0 rxe1; do
+            mr_roce_wait_lane "$f" "$d" up "$secs" || return 1
+        done
+    done
+}
+
+# t_roce_flaps GUEST CYCLES MAX_ERR_QPS: one checker pair streaming every
+# API while the wire of rail 0, then of rail 1, and so on (CYCLES times),
+# is unplugged in GUEST until both sides failed its lane over, then plugged
+# back until the lane is back on both sides. Clean, every cycle failed over
+# and back, and the QPs the failed lanes leave in the error state do not
+# pile up: at most MAX_ERR_QPS in either guest after the last cycle (rxe
+# never reports a QP's last WQE; without patch 0058 each cycle left ~2.5
+# QPs of a side until the process ended)
+t_roce_flaps() {
+    local g=$1 cycles=$2 max_err=$3 tag dur cli srv c rail dev role
+    local q e r f gg step act want secs
+    tag=$(mr_roce_tag "flaps-$1")
+    dur=$((cycles * 60 + 30))
+    mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
+    mr_roce_pair_start "$tag" y "$dur" -- --conn sockaddr --err-mode peer ||
+        { mr_fail "server did not listen"; mr_roce_pair_wait "$tag" "$dur";
+          return 0; }
+    mr_roce_wait_traffic "$tag" || mr_fail "no traffic"
+    cli=$(mr_roce_out a "cli-$tag")
+    srv=$(mr_roce_out b "srv-$tag")
+    for ((c = 0; c < cycles; c++)); do
+        rail=$((c % 2))
+        dev=rxe$rail
+        mr_roce_wait_lanes_up 45 "$cli" "$srv" ||
+            { mr_fail "cycle $c: a lane is not up on both sides"; break; }
+        for step in "fault down 25" "restore up 45"; do
+            read -r act want secs <<<"$step"
+            "$MR_VM" "$act" link "$g" "$rail" >>"$MR_DIR/faults.log" 2>&1 ||
+                { mr_fail "cycle $c: $act link $g $rail"; break 2; }
+            for f in "$cli" "$srv"; do
+                mr_roce_wait_lane "$f" "$dev" "$want" "$secs" ||
+                    mr_fail "cycle $c: $dev not $want in ${f##*/}"
+            done
+        done
+        [ "$mr_test_ok" = 1 ] || break
+    done
+    for gg in a b; do
+        read -r q e r < <(mr_roce_qps "$gg") || { q=? e=? r=?; }
+        mr_note+=" $gg:qps=$q,err=$e,rss_kb=$r"
+        [ "$e" != "?" ] && [ "$e" -le "$max_err" ] ||
+            mr_fail "guest $gg: $e QPs in the error state after $c cycles" \
+                    "(at most $max_err)"
+    done
+    mr_note+=" cycles=$c"
+    # the client ends its traffic now (as if its duration had passed)
+    "$MR_VM" exec a "pkill -USR1 -x mr_check" >/dev/null 2>&1 || true
+    mr_roce_pair_wait "$tag" "$dur"
+    mr_expect_clean "$MR_DIR"
+    mr_expect_quiet_reprobes "$MR_DIR"
+}
+
 # How long after a silent fault is in place both sides may take to fail its
 # lane over (seconds): the failure timeout (MR_ROCE_PROBE_TIMEOUT, 5 s),
 # plus the guests' clock difference (within ~0.2 s) and a TCG guest's delay
@@ -410,9 +506,10 @@ t_roce_tx_hold() {
 # failing on the initiator (worker address, PEER) and on the target
 # (NONE), the am lane failing on the initiator (PEER), on the target (NONE)
 # and on the target of client/server endpoints (PEER); the wireup lane's;
-# and a fatal device error
-# (injected: rxe never reports one). Left out: the cases that work on a
-# TCP socket and the ones that need an error callback (err mode NONE).
+# a fatal device error (injected: rxe never reports one); and UCT's RC
+# endpoints destroyed one after another while rxe never reports their QP's
+# last WQE (patch 0058). Left out: the cases that work on a TCP socket and
+# the ones that need an error callback (err mode NONE).
 MR_ROCE_GTEST_FILTER='rcv/test_ucp_multirail_failover.*/0'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_failover.*/1'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_failover.*/2'
@@ -425,6 +522,7 @@ MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_traffic.*/10'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_wireup_lane.*/0'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_wireup_lane.*/2'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_detect_ib.*'
+MR_ROCE_GTEST_FILTER+=':rc_verbs/test_rc_last_wqe*'
 MR_ROCE_GTEST_FILTER+='-*socket_error_mid_zcopy*:*request_waits_on_new_am*'
 MR_ROCE_GTEST_FILTER+=':*data_stream_lost_fragments*'
 MR_ROCE_GTEST_FILTER+=':*last_lane_fails_endpoint/1:*last_lane_fails_endpoint/3'
@@ -501,6 +599,9 @@ mr_roce_all() {
     mr_roce_run roce_drop_r0_amlane_busy t_roce_drop drop b 0 busy
     # late packets of a failed lane's QPs, released after the failover
     mr_roce_run roce_tx_hold_r1_busy_a t_roce_tx_hold a 1 busy
+    # one rail's wire after the other unplugged and plugged back, 8 times:
+    # the failed lanes' QPs do not pile up (patch 0058)
+    mr_roce_run roce_flaps_qps_a t_roce_flaps a 8 6
     # a rail that stops sending in one guest, under Debian's ucx_perftest
     mr_roce_run roce_tx_stall_perftest_b t_roce_tx_stall_perftest
     # ud_verbs rails (UD lanes: UCT's own reliability over datagrams) with
