@@ -27,7 +27,9 @@
 # NIC whose transmit queue stalls ("NETDEV WATCHDOG" in build/roce/run/
 # *.console) spoils the runs after it: check the consoles.
 #
-# Usage: contrib/bench_roce_healthy.sh [ROUNDS]     (default 3)
+# Usage: contrib/bench_roce_healthy.sh [ROUNDS]     (default 3; 0: the
+#        degraded part only)
+#        MR_RHB_DEGRADED_ROUNDS=N  degraded rounds (default 2)
 # Results: build/bench-roce-healthy/ (raw.txt, table.md, perftest logs)
 #
 set -eEu -o pipefail
@@ -36,8 +38,8 @@ top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/contrib/common.sh"
 
 rounds=${1:-3}
-[[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -ge 1 ] && [ "$rounds" -le 20 ] ||
-    die "ROUNDS must be 1..20"
+[[ $rounds =~ ^[0-9]+$ ]] && [ "$rounds" -le 20 ] ||
+    die "ROUNDS must be 0..20 (0: the degraded part only)"
 perftest=/usr/bin/ucx_perftest
 [ -x "$perftest" ] || die "Debian's ucx_perftest is missing (ucx-utils)"
 [ -e "$MRFO_PREFIX/lib/libucp.so.0" ] || die "build first: contrib/build.sh"

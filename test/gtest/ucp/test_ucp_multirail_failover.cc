@@ -430,6 +430,7 @@ extern "C" {
 #include <ucp/wireup/address.h>
 #include <ucp/core/ucp_worker.inl>
 #include <ucp/failover/ucp_failover_int.h>
+#include <ucp/rndv/rndv.h>
 #include <ucs/sys/dev_event.h>
 #include <ucs/sys/sock.h>
 #include <uct/base/uct_iface.h>
@@ -2034,6 +2035,80 @@ protected:
         }
     }
 
+    /* How many pieces a new rendezvous request of @a e's endpoint splits its
+     * data into (GET or PUT zcopy), and how many positions and distinct
+     * lanes its configuration's lane list has */
+    static void rndv_pieces(entity &e, ucp_rkey_h rkey, unsigned proto,
+                            unsigned *pieces, unsigned *positions,
+                            unsigned *distinct)
+    {
+        ucp_ep_config_t *config = ucp_ep_config(e.ep());
+        const ucp_lane_index_t *lanes;
+        std::set<ucp_lane_index_t> lane_set;
+        ucp_request_t req;
+
+        lanes = (proto == UCP_REQUEST_SEND_PROTO_RNDV_GET) ?
+                config->rndv.get_zcopy.lanes : config->rndv.put_zcopy.lanes;
+        for (*positions = 0; (*positions < UCP_MAX_LANES) &&
+                             (lanes[*positions] != UCP_NULL_LANE);
+             ++*positions) {
+            lane_set.insert(lanes[*positions]);
+        }
+        *distinct = lane_set.size();
+
+        memset(&req, 0, sizeof(req));
+        req.send.ep        = e.ep();
+        req.send.mem_type  = UCS_MEMORY_TYPE_HOST;
+        req.send.length    = 4 << 20;
+        req.send.rndv.rkey = rkey;
+        ucp_rndv_req_init_zcopy_lane_map(&req, UCS_MEMORY_TYPE_HOST,
+                                         req.send.length, proto);
+        *pieces = ucs_popcount(req.send.rndv.lanes_map_all);
+    }
+
+    /* After a rendezvous lane failed, both endpoints list a surviving lane
+     * in its place: a new request sends its data over it in one piece, not
+     * in one piece per position (patch 0059). @return whether a list held a
+     * lane twice */
+    bool check_rndv_lane_once()
+    {
+        entity *entities[] = {&sender(), &receiver()};
+        unsigned protos[]  = {UCP_REQUEST_SEND_PROTO_RNDV_GET,
+                              UCP_REQUEST_SEND_PROTO_RNDV_PUT};
+        bool twice         = false;
+        unsigned pieces, positions, distinct;
+
+        for (entity *e : entities) {
+            entity &peer = (e == &sender()) ? receiver() : sender();
+            std::vector<char> buf(4096);
+            ucp_mem_h memh = peer.mem_map(buf.data(), buf.size());
+            void *rkey_buf;
+            size_t rkey_size;
+            ucp_rkey_h rkey;
+
+            ASSERT_UCS_OK(ucp_rkey_pack(peer.ucph(), memh, &rkey_buf,
+                                        &rkey_size));
+            ASSERT_UCS_OK(ucp_ep_rkey_unpack(e->ep(), rkey_buf, &rkey));
+            ucp_rkey_buffer_release(rkey_buf);
+            for (unsigned proto : protos) {
+                rndv_pieces(*e, rkey, proto, &pieces, &positions, &distinct);
+                UCS_TEST_MESSAGE << ((e == &sender()) ? "sender" :
+                                                        "receiver")
+                                 << ((proto == UCP_REQUEST_SEND_PROTO_RNDV_GET) ?
+                                     " get" : " put")
+                                 << " zcopy: " << positions
+                                 << " position(s), " << distinct
+                                 << " lane(s), " << pieces << " piece(s)";
+                twice |= (distinct < positions);
+                EXPECT_EQ(distinct, pieces);
+            }
+            ucp_rkey_destroy(rkey);
+            peer.mem_unmap(memh);
+        }
+
+        return twice;
+    }
+
     /* AM: every message delivered once, the rendezvous ones fetched */
     static void am_data_done(void *req, ucs_status_t status, size_t length,
                              void *arg)
@@ -2315,6 +2390,7 @@ UCS_TEST_P(test_ucp_multirail_traffic, tag_rndv)
 {
     tag_traffic(4 << 20, 8);
     check_redriven(4 << 20, m_failed_rma_bw);
+    check_rndv_lane_once();
 }
 
 UCS_TEST_P(test_ucp_multirail_traffic, tag_rndv_put,
@@ -2322,6 +2398,7 @@ UCS_TEST_P(test_ucp_multirail_traffic, tag_rndv_put,
 {
     tag_traffic(4 << 20, 8);
     check_redriven(4 << 20, m_failed_rma_bw);
+    check_rndv_lane_once();
 }
 
 UCS_TEST_P(test_ucp_multirail_traffic, am_eager, "RNDV_THRESH=1m")
