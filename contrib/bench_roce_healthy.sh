@@ -16,10 +16,10 @@
 #            on; rail 1's wire unplugged in guest a (QEMU set_link) CUT
 #            seconds in, the lane fails over and rail 0 carries everything;
 #            against the same stream over rail 0 alone (UCX_NET_DEVICES
-#            without rxe1), in the same run. The rate is ucx_perftest's per
-#            report (about one a second): the median of the reports from
-#            3 s after the cut to the end, and of all reports of the
-#            one-rail run but the first
+#            without rxe1), in the same run. The rate is messages over
+#            time of ucx_perftest's report intervals (rate_between): from
+#            3 s after the cut to the end, and of the one-rail run all but
+#            the first report; per round, then the median of the rounds
 #
 # The guests are CPU-bound under TCG: absolute MB/s mean little, ratios
 # within one run are the figures; an 8 B half round trip (~22 ms) is the
@@ -162,31 +162,43 @@ degraded_run() {
     echo "$t0" >"$out/$name.t0"
 }
 
-# median_reports LOG K: the median of the per-report bandwidths (MB/s, the
-# "[thread 0]" lines' interval average; about one report a second) in a
-# client log, the first K reports left out
-median_reports() {
-    grep '^\[thread 0\]' "$1" | awk -v k="$2" 'NR > k { print $7 }' |
-        sort -g | awk '{ v[NR] = $1 } END {
-            if (NR == 0) { print "nan"; exit }
-            print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+# rate_between LOG FROM TO: the bandwidth (MB/s, MiB as ucx_perftest
+# counts) of the 1 MiB messages of a client log's reports whose interval
+# lies within FROM..TO seconds after the run's first iteration. A report
+# line gives its iteration count (3rd field) and the interval's average
+# time per iteration (5th, us): the intervals' lengths add up to the run's
+# time line (under TCG a report comes every 2-3 s, not every second).
+rate_between() {
+    grep '^\[thread 0\]' "$1" | awk -v from="$2" -v to="$3" '
+        { dt = ($3 - n) * $5 / 1e6; if (t >= from && t + dt <= to) {
+              msgs += $3 - n; secs += dt }
+          t += dt; n = $3 }
+        END { if (secs > 0) printf "%.2f %.1f\n", msgs / secs, secs;
+              else print "nan 0" }'
+}
+
+# first_report LOG: seconds from the first iteration to the first report
+# (the cut is timed from it)
+first_report() {
+    grep -m1 '^\[thread 0\]' "$1" | awk '{ printf "%.3f\n", $3 * $5 / 1e6 }'
 }
 
 for ((r = 1; r <= ${MR_RHB_DEGRADED_ROUNDS:-2}; r++)); do
     degraded_run "d$r-one" rxe0:1 -
-    echo "degraded one $r 0 $(median_reports "$out/d$r-one.client.log" 1)" |
-        tee -a "$raw" >&2
+    f=$out/d$r-one.client.log
+    read -r rate secs < <(rate_between "$f" "$(first_report "$f")" 1e9)
+    echo "degraded one $r 0 $rate $secs" | tee -a "$raw" >&2
     degraded_run "d$r-cut" rxe0:1,rxe1:1 "$cut"
-    # the reports before the cut and 3 s after it are left out: about one
-    # report a second
-    echo "degraded cut $r 0 $(median_reports "$out/d$r-cut.client.log" \
-        $((cut + 4)))" | tee -a "$raw" >&2
-    echo "degraded two $r 0 $(grep '^\[thread 0\]' "$out/d$r-cut.client.log" |
-        awk -v c="$cut" 'NR > 1 && NR <= c { print $7 }' | sort -g |
-        awk '{ v[NR] = $1 } END { if (NR == 0) print "nan";
-              else print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }')" |
-        tee -a "$raw" >&2
-    grep -h "rc_verbs/rxe1:1 failed (" "$out/d$r-cut.client.log" |
+    f=$out/d$r-cut.client.log
+    t1=$(first_report "$f")
+    # from 3 s after the cut to the end; and both rails before it
+    read -r rate secs < <(rate_between "$f" \
+        "$(awk -v a="$t1" -v c="$cut" 'BEGIN { print a + c + 3 }')" 1e9)
+    echo "degraded cut $r 0 $rate $secs" | tee -a "$raw" >&2
+    read -r rate secs < <(rate_between "$f" "$t1" \
+        "$(awk -v a="$t1" -v c="$cut" 'BEGIN { print a + c }')")
+    echo "degraded two $r 0 $rate $secs" | tee -a "$raw" >&2
+    grep -h "rc_verbs/rxe1:1 failed (" "$f" |
         head -1 | cut -c1-200 >&2 || echo "d$r-cut: no failover line" >&2
 done
 
@@ -223,8 +235,14 @@ median() {
     one=$(awk '$1 == "degraded" && $2 == "one" { print $5 }' "$raw" | median)
     cutm=$(awk '$1 == "degraded" && $2 == "cut" { print $5 }' "$raw" | median)
     two=$(awk '$1 == "degraded" && $2 == "two" { print $5 }' "$raw" | median)
-    echo "tag_bw 1 MiB, ours with failover on (MB/s, median of the runs'"
-    echo "per-report medians): two rails $two; rail 1 unplugged, its lane"
-    echo "failed over $cutm; rail 0 alone from the start $one; degraded /"
-    echo "one rail $(awk -v a="$cutm" -v b="$one" 'BEGIN { printf "%.3f", a / b }')"
+    ratios=$(awk '$1 == "degraded" && ($2 == "one" || $2 == "cut") {
+                      v[$3, $2] = $5; r[$3] = 1 }
+                  END { for (k in r) if (v[k, "one"] > 0)
+                            printf "%.3f ", v[k, "cut"] / v[k, "one"] }' \
+             "$raw")
+    echo "tag_bw 1 MiB, ours with failover on (MB/s, median of the rounds;"
+    echo "each round's rate is messages over time): two rails $two; rail 1"
+    echo "unplugged, its lane failed over $cutm; rail 0 alone from the start"
+    echo "$one; degraded / one rail $(awk -v a="$cutm" -v b="$one" \
+        'BEGIN { printf "%.3f", a / b }') (per round: $ratios)"
 } | tee "$out/table.md"
