@@ -435,7 +435,8 @@ MR_ROCE_DETECT_BOUND=${MR_ROCE_DETECT_BOUND:-6}
 
 # t_roce_drop KIND GUEST RAIL LOAD(busy|idle) [APIS]: a silent fault, the
 # carriers up (no port event), 4 s into the traffic, lifted 8 s later (a job
-# in a busy guest takes a few seconds more). KIND drop: nftables in both
+# in a busy guest takes a few seconds more); the traffic ends 5 s after the
+# lane is back on both sides. KIND drop: nftables in both
 # guests drops what arrives on RAIL (both directions silent); drop-in: in
 # GUEST only (what GUEST sends gets through). Busy (every size: rendezvous
 # data in flight on the lane), the lane's RC QPs complete with "retry
@@ -447,7 +448,7 @@ MR_ROCE_DETECT_BOUND=${MR_ROCE_DETECT_BOUND:-6}
 # traffic again.
 t_roce_drop() {
     local kind=$1 g=$2 rail=$3 load=$4 apis=${5:-tag,am,stream,rma,amo}
-    local tag dur=45 dev=rxe$3 sizes=() role out back
+    local tag dur=120 dev=rxe$3 sizes=() role out back f
     tag=$(mr_roce_tag "$1-$2-$3-$4")
     local t_fault t_restore tx_after
     [ "$load" = idle ] && sizes=(--sizes 8,64,512,4k)
@@ -467,6 +468,14 @@ t_roce_drop() {
         mr_fail "restore $kind: $out"
     echo "$out" >>"$MR_DIR/faults.log"
     t_restore=$(sed -n 's/^applied //p' <<<"$out")
+    # traffic goes on until the lane is back on both sides and 5 s more
+    # (a busy guest may take long to lift the fault), then the client is
+    # told to end (SIGUSR1, as if its duration had passed)
+    for f in "$(mr_roce_out a "cli-$tag")" "$(mr_roce_out b "srv-$tag")"; do
+        mr_roce_wait_lane "$f" "$dev" up 45 || true
+    done
+    sleep 5
+    "$MR_VM" exec a "pkill -USR1 -x mr_check" >/dev/null 2>&1 || true
     mr_roce_pair_wait "$tag" "$dur"
     mr_expect_clean "$MR_DIR"
     mr_expect_quiet_reprobes "$MR_DIR"
