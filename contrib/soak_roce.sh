@@ -135,7 +135,7 @@ for g in a b; do
 done
 
 # the client ends its traffic now (as if its duration had passed)
-"$MR_VM" exec a "pkill -USR1 -x mr_check" >/dev/null 2>&1 || true
+mr_roce_end_client
 mr_roce_pair_wait "$tag" "$dur"
 mr_test_ok=1
 mr_expect_clean "$MR_DIR"

@@ -340,6 +340,12 @@ t_roce_link_cut() {
     mr_note="eth$((rail + 1))_tx_after_heal=$tx_after"
 }
 
+# mr_roce_end_client: the checker's client in guest a ends its traffic now,
+# as if its duration had passed (SIGUSR1)
+mr_roce_end_client() {
+    "$MR_VM" exec a "pkill -USR1 -x mr_check" >/dev/null 2>&1 || true
+}
+
 # mr_roce_lane_up FILE DEV: the last failover or return of DEV's lane in
 # FILE (a checker's output, growing), if any, is a return
 mr_roce_lane_up() {
@@ -421,7 +427,7 @@ t_roce_flaps() {
     done
     mr_note+=" cycles=$c"
     # the client ends its traffic now (as if its duration had passed)
-    "$MR_VM" exec a "pkill -USR1 -x mr_check" >/dev/null 2>&1 || true
+    mr_roce_end_client
     mr_roce_pair_wait "$tag" "$dur"
     mr_expect_clean "$MR_DIR"
     mr_expect_quiet_reprobes "$MR_DIR"
@@ -475,7 +481,7 @@ t_roce_drop() {
         mr_roce_wait_lane "$f" "$dev" up 45 || true
     done
     sleep 5
-    "$MR_VM" exec a "pkill -USR1 -x mr_check" >/dev/null 2>&1 || true
+    mr_roce_end_client
     mr_roce_pair_wait "$tag" "$dur"
     mr_expect_clean "$MR_DIR"
     mr_expect_quiet_reprobes "$MR_DIR"
