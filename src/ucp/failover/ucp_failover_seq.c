@@ -277,14 +277,33 @@ uct_ep_h ucp_failover_seq_unwrap(uct_ep_h uct_ep)
 
 static void ucp_failover_seq_stream_cleanup(ucp_failover_seq_stream_t *st)
 {
+    ucp_failover_seq_chunk_t *current = st->chunk;
     ucp_failover_seq_entry_t *entry;
     ucp_failover_seq_held_t *held, *tmp;
 
+    /* the chunks stay until their last entry goes (a zero-copy send may
+     * still read one), counted nowhere; the current one is held meanwhile */
+    if (current != NULL) {
+        current->current = 0;
+        current->st      = NULL;
+        current->seq     = NULL;
+        ++current->live;
+        st->chunk        = NULL;
+    }
+
     ucs_queue_for_each_extract(entry, &st->retained, queue, 1) {
         entry->seq = NULL;
+        if (entry->chunk != NULL) {
+            entry->chunk->st  = NULL;
+            entry->chunk->seq = NULL;
+        }
         if (entry->comp.count == 0) {
             ucp_failover_seq_entry_free(entry);
         } /* else its completion frees it */
+    }
+
+    if ((current != NULL) && (--current->live == 0)) {
+        ucp_failover_seq_chunk_release(current);
     }
 
     ucs_list_for_each_safe(held, tmp, &st->held, list) {

@@ -55,17 +55,51 @@ typedef struct {
 #define UCP_FAILOVER_SEQ_HDR_LEN sizeof(ucp_failover_seq_hdr_t)
 
 
+/*
+ * Small retained messages are packed one after the other into chunks: a
+ * buffer of the worker's pool (2 KiB, the 2176-byte bucket) that a stream
+ * fills from its start. A chunk goes back to the pool when the last of its
+ * messages is released, but for the stream's current one, which is filled
+ * again from its start (while the worker's pool holds less than half its
+ * bound): a message then costs no buffer of its own, and a stream that sends
+ * and is acknowledged in turn takes no buffer at all. A larger message has a
+ * buffer of its own.
+ */
+#define UCP_FAILOVER_SEQ_CHUNK_SIZE      2048
+#define UCP_FAILOVER_SEQ_CHUNK_ENTRY_MAX 512  /* an entry, header and trailer
+                                                 included, up to this size
+                                                 goes into a chunk */
+
+typedef struct ucp_failover_seq_chunk {
+    ucp_failover_seq_t               *seq;  /* NULL: the endpoint is gone */
+    struct ucp_failover_seq_stream   *st;   /* the stream whose retention
+                                               counts it, or NULL (gone) */
+    uint32_t                         used;  /* bytes of data[] given out */
+    uint32_t                         size;  /* bytes of data[] */
+    uint32_t                         live;  /* entries in it not freed */
+    uint32_t                         held;  /* bytes of its buffer */
+    uint32_t                         current; /* its stream fills it */
+    uint32_t                         pad;
+    uint8_t                          data[];
+} ucp_failover_seq_chunk_t;
+
+
 /* A retained message */
 typedef struct ucp_failover_seq_entry {
-    ucs_queue_elem_t   queue;
-    uct_completion_t   comp;     /* zero-copy sends of it in flight */
-    ucp_failover_seq_t *seq;     /* NULL: the endpoint is gone */
-    uint32_t           sn;
-    uint32_t           length;   /* bytes in data[], trailer included */
-    uint32_t           held;     /* bytes of its buffer (the retention
-                                    counts these) */
-    uint8_t            acked;
-    uint8_t            data[];
+    ucs_queue_elem_t         queue;
+    uct_completion_t         comp;  /* zero-copy sends of it in flight
+                                       (func and status set by the first) */
+    ucp_failover_seq_t       *seq;  /* NULL: released while a zero-copy
+                                       send reads it, or the endpoint is
+                                       gone (its completion frees it) */
+    ucp_failover_seq_chunk_t *chunk; /* the chunk that holds it, or NULL:
+                                        a buffer of its own */
+    uint32_t                 sn;
+    uint32_t                 length; /* bytes in data[], trailer included */
+    uint32_t                 held;   /* bytes of its own buffer, which the
+                                        retention counts (0 in a chunk: the
+                                        chunk's bytes are counted) */
+    uint8_t                  data[];
 } ucp_failover_seq_entry_t;
 
 
@@ -93,7 +127,10 @@ typedef struct ucp_failover_seq_stream {
     ucs_queue_head_t             retained;     /* not acknowledged, in order */
     struct ucp_failover_seq_entry *unsent;     /* first one not handed to the
                                                   transport, or NULL */
-    size_t                       retained_bytes; /* held by 'retained' */
+    ucp_failover_seq_chunk_t     *chunk;       /* filled by new messages, or
+                                                  NULL */
+    size_t                       retained_bytes; /* the buffers of
+                                                  'retained' and its chunks */
     uint32_t                     tx_acked;     /* highest ack received */
     int                          ack_asked;    /* a message asked for an
                                                   ack (ACK_REQ) that has not
@@ -296,11 +333,85 @@ ucs_status_t ucp_failover_seq_ep_create(ucp_ep_h ep, uct_ep_h tl_ep,
                                         uct_ep_t **ep_p);
 
 
-/* Put a retained entry's buffer back to the worker's pool */
+/** Give a chunk with no entries back to the worker's pool */
+void ucp_failover_seq_chunk_release(ucp_failover_seq_chunk_t *chunk);
+
+
+/** A chunk with an entry that a zero-copy send still reads after its
+ *  release leaves its stream (not counted any more, not filled): its last
+ *  entry frees it, whether or not the endpoint is still there */
+void ucp_failover_seq_chunk_detach(ucp_failover_seq_chunk_t *chunk);
+
+
+/** Wrappers that wait for room in the retention move on if there is some */
+void ucp_failover_seq_window_check(ucp_failover_seq_t *seq);
+
+
+/* Free a retained entry: its place in a chunk (the chunk goes back to the
+ * pool with its last entry, unless its stream fills it), or its buffer */
 static UCS_F_ALWAYS_INLINE void
 ucp_failover_seq_entry_free(ucp_failover_seq_entry_t *entry)
 {
+    ucp_failover_seq_chunk_t *chunk = entry->chunk;
+
+    if (ucs_likely(chunk != NULL)) {
+        if (--chunk->live == 0) {
+            if (ucs_likely(chunk->current &&
+                           !ucp_failover_pool_half_full(chunk->seq->pool))) {
+                chunk->used = 0;
+            } else {
+                ucp_failover_seq_chunk_release(chunk);
+            }
+        }
+        return;
+    }
+
     ucp_failover_pool_put(entry, entry->held);
+}
+
+
+/* Release the messages of @a st up to @a ack, newer than tx_acked (inline
+ * on the receiver's fast path, ucp_failover_seq_release_upto elsewhere) */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_release_inline(ucp_failover_seq_t *seq,
+                                ucp_failover_seq_stream_t *st, uint32_t ack)
+{
+    ucp_failover_seq_entry_t *entry;
+
+    st->tx_acked  = ack;
+    st->ack_asked = 0;
+    while (!ucs_queue_is_empty(&st->retained)) {
+        entry = ucs_queue_head_elem_non_empty(&st->retained,
+                                              ucp_failover_seq_entry_t, queue);
+        if ((int32_t)(ack - entry->sn) < 0) {
+            break;
+        }
+
+        if (ucs_unlikely(entry == st->unsent)) {
+            /* waiting to be sent again after a failover, but the peer has it
+             * (sent on the old lane): no need to */
+            st->unsent = ucp_failover_seq_next(st, entry);
+        }
+
+        ucs_queue_pull_non_empty(&st->retained);
+        if (ucs_unlikely(entry->held != 0)) {
+            st->retained_bytes  -= entry->held;
+            seq->retained_bytes -= entry->held;
+        }
+
+        if (ucs_likely(entry->comp.count == 0)) {
+            ucp_failover_seq_entry_free(entry);
+        } else {
+            entry->seq = NULL; /* its completion frees it */
+            if (entry->chunk != NULL) {
+                ucp_failover_seq_chunk_detach(entry->chunk);
+            }
+        }
+    }
+
+    if (ucs_unlikely(seq->window_full)) {
+        ucp_failover_seq_window_check(seq);
+    }
 }
 
 

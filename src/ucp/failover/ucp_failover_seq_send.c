@@ -140,38 +140,133 @@ static void ucp_failover_seq_comp_cb(uct_completion_t *self)
 
     /* an error needs nothing: the copy is kept until acknowledged, and the
      * lane's failover sends it again */
-    if ((entry->comp.count == 0) && (entry->acked || (entry->seq == NULL))) {
+    if ((entry->comp.count == 0) && (entry->seq == NULL)) {
         ucp_failover_seq_entry_free(entry);
     }
 }
 
-/* A retained entry for a message of @a length bytes (the trailer comes on
- * top), from the worker's buffers: what the length needs, no malloc */
-static UCS_F_ALWAYS_INLINE ucp_failover_seq_entry_t *
-ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq, size_t length)
+/* A new chunk for @a st's small messages: its current one is full */
+static UCS_F_NOINLINE ucp_failover_seq_chunk_t *
+ucp_failover_seq_chunk_new(ucp_failover_seq_t *seq,
+                           ucp_failover_seq_stream_t *st)
 {
-    ucp_failover_seq_entry_t *entry;
+    ucp_failover_seq_chunk_t *chunk, *old = st->chunk;
     size_t held;
 
-    entry = ucp_failover_pool_get(seq->pool,
-                                  sizeof(*entry) + length +
-                                  UCP_FAILOVER_SEQ_HDR_LEN,
+    chunk = ucp_failover_pool_get(seq->pool, UCP_FAILOVER_SEQ_CHUNK_SIZE,
                                   &held);
-    if (ucs_unlikely(entry == NULL)) {
+    if (ucs_unlikely(chunk == NULL)) {
         return NULL;
     }
 
-    entry->comp.func   = ucp_failover_seq_comp_cb;
-    entry->comp.count  = 0;
-    entry->comp.status = UCS_OK;
-    entry->seq         = seq;
-    entry->held        = held;
-    entry->acked       = 0;
+    chunk->seq     = seq;
+    chunk->st      = st;
+    chunk->used    = 0;
+    chunk->size    = held - sizeof(*chunk);
+    chunk->live    = 0;
+    chunk->held    = held;
+    chunk->current = 1;
+    st->chunk      = chunk;
+    st->retained_bytes  += held;
+    seq->retained_bytes += held;
+    st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
+
+    if (old != NULL) {
+        /* its last entry gives it back */
+        old->current = 0;
+        if (old->live == 0) {
+            ucp_failover_seq_chunk_release(old);
+        }
+    }
+
+    return chunk;
+}
+
+void ucp_failover_seq_chunk_detach(ucp_failover_seq_chunk_t *chunk)
+{
+    ucp_failover_seq_stream_t *st = chunk->st;
+
+    if (st == NULL) {
+        return;
+    }
+
+    if (chunk->current) {
+        chunk->current = 0;
+        st->chunk      = NULL;
+    }
+
+    st->retained_bytes         -= chunk->held;
+    chunk->seq->retained_bytes -= chunk->held;
+    chunk->st                   = NULL;
+    chunk->seq                  = NULL;
+}
+
+void ucp_failover_seq_chunk_release(ucp_failover_seq_chunk_t *chunk)
+{
+    ucp_failover_seq_stream_t *st = chunk->st;
+    ucp_failover_seq_t *seq       = chunk->seq;
+
+    ucs_assert(chunk->live == 0);
+    if (st != NULL) {
+        if (chunk->current) {
+            st->chunk = NULL;
+        }
+        st->retained_bytes  -= chunk->held;
+        seq->retained_bytes -= chunk->held;
+    }
+
+    ucp_failover_pool_put(chunk, chunk->held);
+    if ((seq != NULL) && seq->window_full) {
+        ucp_failover_seq_window_check(seq);
+    }
+}
+
+/* A retained entry for a message of @a length bytes of @a st (the trailer
+ * comes on top): a place in the stream's chunk, or a buffer of what the
+ * length needs from the worker's pool; no malloc */
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_entry_t *
+ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq,
+                             ucp_failover_seq_stream_t *st, size_t length)
+{
+    size_t size = ucs_offsetof(ucp_failover_seq_entry_t, data) + length +
+                  UCP_FAILOVER_SEQ_HDR_LEN;
+    ucp_failover_seq_chunk_t *chunk;
+    ucp_failover_seq_entry_t *entry;
+    size_t held;
+
+    if (ucs_likely(size <= UCP_FAILOVER_SEQ_CHUNK_ENTRY_MAX)) {
+        size  = ucs_align_up_pow2(size, 8);
+        chunk = st->chunk;
+        if (ucs_unlikely((chunk == NULL) ||
+                         ((chunk->used + size) > chunk->size))) {
+            chunk = ucp_failover_seq_chunk_new(seq, st);
+            if (ucs_unlikely(chunk == NULL)) {
+                return NULL;
+            }
+        }
+
+        entry        = (ucp_failover_seq_entry_t*)(chunk->data + chunk->used);
+        chunk->used += size;
+        ++chunk->live;
+        entry->chunk = chunk;
+        entry->held  = 0;
+    } else {
+        entry = ucp_failover_pool_get(seq->pool, size, &held);
+        if (ucs_unlikely(entry == NULL)) {
+            return NULL;
+        }
+
+        entry->chunk = NULL;
+        entry->held  = held;
+    }
+
+    entry->comp.count = 0;
+    entry->seq        = seq;
     return entry;
 }
 
 /* Wrappers that wait for room in the retention move on if there is some */
-static void ucp_failover_seq_window_check(ucp_failover_seq_t *seq)
+void ucp_failover_seq_window_check(ucp_failover_seq_t *seq)
 {
     ucp_failover_seq_stream_t *st;
     uint8_t id;
@@ -194,37 +289,7 @@ static void ucp_failover_seq_window_check(ucp_failover_seq_t *seq)
 void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
                                    ucp_failover_seq_stream_t *st, uint32_t ack)
 {
-    ucp_failover_seq_entry_t *entry;
-
-    st->tx_acked  = ack;
-    st->ack_asked = 0;
-    while (!ucs_queue_is_empty(&st->retained)) {
-        entry = ucs_queue_head_elem_non_empty(&st->retained,
-                                              ucp_failover_seq_entry_t, queue);
-        if ((int32_t)(ack - entry->sn) < 0) {
-            break;
-        }
-
-        if (entry == st->unsent) {
-            /* waiting to be sent again after a failover, but the peer has it
-             * (sent on the old lane): no need to */
-            st->unsent = ucp_failover_seq_next(st, entry);
-        }
-
-        ucs_queue_pull_non_empty(&st->retained);
-        st->retained_bytes  -= entry->held;
-        seq->retained_bytes -= entry->held;
-        entry->acked         = 1;
-        if (entry->comp.count == 0) {
-            ucp_failover_seq_entry_free(entry);
-        } else {
-            entry->seq = NULL; /* its completion frees it */
-        }
-    }
-
-    if (seq->window_full) {
-        ucp_failover_seq_window_check(seq);
-    }
+    ucp_failover_seq_release_inline(seq, st, ack);
 }
 
 /* ---------------------------------------------------------------------------
@@ -298,24 +363,16 @@ static size_t ucp_failover_seq_pack_entry(void *dest, void *arg)
     return entry->length;
 }
 
-/* Hand a retained message, its trailer filled, to the transport endpoint of
- * @a seq_ep */
-static UCS_F_ALWAYS_INLINE ucs_status_t
-ucp_failover_seq_tl_post(ucp_failover_seq_ep_t *seq_ep,
-                         ucp_failover_seq_entry_t *entry)
+/* ucp_failover_seq_tl_post() of a message larger than the transport's short
+ * one (out of line: the path of every short message stays small) */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_tl_post_large(ucp_failover_seq_ep_t *seq_ep,
+                               ucp_failover_seq_entry_t *entry)
 {
     uct_ep_h tl_ep = ucp_failover_seq_tl_ep(seq_ep);
     ucs_status_t status;
-    uint64_t header;
     uct_iov_t iov;
     ssize_t packed;
-
-    if (ucs_likely(entry->length <= seq_ep->max_short)) {
-        memcpy(&header, entry->data, sizeof(header));
-        return uct_ep_am_short(tl_ep, UCP_AM_ID_FAILOVER_SEQ, header,
-                               entry->data + sizeof(header),
-                               entry->length - sizeof(header));
-    }
 
     if (entry->length <= seq_ep->max_bcopy) {
         packed = uct_ep_am_bcopy(tl_ep, UCP_AM_ID_FAILOVER_SEQ,
@@ -328,6 +385,10 @@ ucp_failover_seq_tl_post(ucp_failover_seq_ep_t *seq_ep,
     iov.memh   = UCT_MEM_HANDLE_NULL;
     iov.stride = 0;
     iov.count  = 1;
+    if (entry->comp.count == 0) {
+        entry->comp.func   = ucp_failover_seq_comp_cb;
+        entry->comp.status = UCS_OK;
+    }
     ++entry->comp.count;
     status = uct_ep_am_zcopy(tl_ep, UCP_AM_ID_FAILOVER_SEQ, NULL, 0, &iov, 1,
                              0, &entry->comp);
@@ -336,6 +397,25 @@ ucp_failover_seq_tl_post(ucp_failover_seq_ep_t *seq_ep,
     }
 
     return status;
+}
+
+/* Hand a retained message, its trailer filled, to the transport endpoint of
+ * @a seq_ep */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_tl_post(ucp_failover_seq_ep_t *seq_ep,
+                         ucp_failover_seq_entry_t *entry)
+{
+    uint64_t header;
+
+    if (ucs_likely(entry->length <= seq_ep->max_short)) {
+        memcpy(&header, entry->data, sizeof(header));
+        return uct_ep_am_short(ucp_failover_seq_tl_ep(seq_ep),
+                               UCP_AM_ID_FAILOVER_SEQ, header,
+                               entry->data + sizeof(header),
+                               entry->length - sizeof(header));
+    }
+
+    return ucp_failover_seq_tl_post_large(seq_ep, entry);
 }
 
 /* Hand a retained message of @a st to the transport endpoint of @a seq_ep,
@@ -663,7 +743,8 @@ ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
         return status;
     }
 
-    *entry_p = ucp_failover_seq_entry_alloc(seq_ep->seq, length);
+    *entry_p = ucp_failover_seq_entry_alloc(seq_ep->seq, seq_ep->stream,
+                                            length);
     if (ucs_unlikely(*entry_p == NULL)) {
         return ucp_failover_seq_no_memory(seq_ep, length);
     }
@@ -703,9 +784,13 @@ ucp_failover_seq_retain(ucp_failover_seq_ep_t *seq_ep,
     entry->sn     = st->tx_next++;
     entry->length = length + UCP_FAILOVER_SEQ_HDR_LEN;
     ucs_queue_push(&st->retained, &entry->queue);
-    st->retained_bytes  += entry->held;
-    seq->retained_bytes += entry->held;
-    st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
+    if (ucs_unlikely(entry->held != 0)) {
+        /* a buffer of its own (a chunk's bytes count from when the stream
+         * takes it) */
+        st->retained_bytes  += entry->held;
+        seq->retained_bytes += entry->held;
+        st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
+    }
     ++st->tx_msgs;
 }
 
@@ -784,6 +869,25 @@ static UCS_F_ALWAYS_INLINE int ucp_failover_seq_passthrough(uint8_t id)
            (id == UCP_AM_ID_WIREUP);
 }
 
+/* Copy a short message's payload: 8 to 16 bytes (a tag's eager message of a
+ * word or two) inline, as two words that may overlap, instead of a call */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_copy_short(void *dest, const void *src, size_t length)
+{
+    uint64_t head, tail;
+
+    if ((length >= sizeof(head)) && (length <= (2 * sizeof(head)))) {
+        memcpy(&head, src, sizeof(head));
+        memcpy(&tail, UCS_PTR_BYTE_OFFSET(src, length - sizeof(tail)),
+               sizeof(tail));
+        memcpy(dest, &head, sizeof(head));
+        memcpy(UCS_PTR_BYTE_OFFSET(dest, length - sizeof(tail)), &tail,
+               sizeof(tail));
+    } else {
+        memcpy(dest, src, length);
+    }
+}
+
 static ucs_status_t
 ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
                              const void *payload, unsigned length)
@@ -804,7 +908,8 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
     }
 
     memcpy(entry->data, &header, sizeof(header));
-    memcpy(entry->data + sizeof(header), payload, length);
+    ucp_failover_seq_copy_short(entry->data + sizeof(header), payload,
+                                length);
     ucp_failover_seq_submit(seq_ep, entry, id, sizeof(header) + length);
     return UCS_OK;
 }
@@ -845,21 +950,24 @@ ucp_failover_seq_ep_am_short_iov(uct_ep_h uct_ep, uint8_t id,
 }
 
 /* An entry of max_bcopy that holds @a length bytes: one of the size they
- * need instead, if there is memory (a small message that waited for the
- * transport counts as small) */
+ * need instead (a place in the stream's chunk for a small message), if there
+ * is memory (a small message that waited for the transport counts as
+ * small) */
 static ucp_failover_seq_entry_t *
-ucp_failover_seq_entry_shrink(ucp_failover_seq_t *seq,
+ucp_failover_seq_entry_shrink(ucp_failover_seq_ep_t *seq_ep,
                               ucp_failover_seq_entry_t *entry, size_t length)
 {
+    size_t size = ucs_offsetof(ucp_failover_seq_entry_t, data) + length +
+                  UCP_FAILOVER_SEQ_HDR_LEN;
     ucp_failover_seq_entry_t *small;
 
-    if (ucp_failover_pool_bucket_size(sizeof(*entry) + length +
-                                      UCP_FAILOVER_SEQ_HDR_LEN) >=
-        entry->held) {
+    if ((entry->chunk != NULL) ||
+        ((size > UCP_FAILOVER_SEQ_CHUNK_ENTRY_MAX) &&
+         (ucp_failover_pool_bucket_size(size) >= entry->held))) {
         return entry;
     }
 
-    small = ucp_failover_seq_entry_alloc(seq, length);
+    small = ucp_failover_seq_entry_alloc(seq_ep->seq, seq_ep->stream, length);
     if (small == NULL) {
         return entry;
     }
@@ -902,7 +1010,7 @@ static size_t ucp_failover_seq_pack(void *dest, void *arg)
     ucs_assertv(length <= (seq_ep->max_bcopy - UCP_FAILOVER_SEQ_HDR_LEN),
                 "packed %zu max_bcopy %zu", length, seq_ep->max_bcopy);
 
-    entry = ucp_failover_seq_entry_alloc(seq, length);
+    entry = ucp_failover_seq_entry_alloc(seq, seq_ep->stream, length);
     if (ucs_unlikely(entry == NULL)) {
         hdr.ep_id  = ucp_ep_remote_id(seq->ep);
         hdr.sn     = 0;
@@ -977,7 +1085,8 @@ static ssize_t ucp_failover_seq_ep_am_bcopy(uct_ep_h uct_ep, uint8_t id,
     }
 
     max_bcopy = seq_ep->max_bcopy - UCP_FAILOVER_SEQ_HDR_LEN;
-    entry     = ucp_failover_seq_entry_alloc(seq_ep->seq, max_bcopy);
+    entry     = ucp_failover_seq_entry_alloc(seq_ep->seq, seq_ep->stream,
+                                             max_bcopy);
     if (ucs_unlikely(entry == NULL)) {
         return ucp_failover_seq_no_memory(seq_ep, max_bcopy);
     }
@@ -985,8 +1094,7 @@ static ssize_t ucp_failover_seq_ep_am_bcopy(uct_ep_h uct_ep, uint8_t id,
     length = pack_cb(entry->data, arg);
     ucs_assertv(length <= max_bcopy, "packed %zu max_bcopy %zu", length,
                 max_bcopy);
-    ucp_failover_seq_submit(seq_ep, ucp_failover_seq_entry_shrink(seq_ep->seq,
-                                                                  entry,
+    ucp_failover_seq_submit(seq_ep, ucp_failover_seq_entry_shrink(seq_ep, entry,
                                                                   length),
                             id, length);
     return length;

@@ -1428,6 +1428,67 @@ UCS_TEST_P(test_ucp_multirail_failover, retention_bounded_per_worker,
 }
 
 /*
+ * Small messages are retained in chunks (ucp_failover_seq_chunk_t): while the
+ * receiver does not progress, a hundred 8-byte messages hold a few 2 KiB
+ * chunks instead of a buffer each (192 bytes: 19,200 in all); once the peer
+ * has acknowledged them the sender keeps one chunk, its stream's current one,
+ * which the next messages fill again; every message arrives, in order.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, retention_in_chunks,
+           "RNDV_THRESH=inf")
+{
+    static const int count    = 100;
+    static const size_t chunk = 2176;  /* the pool's bucket of a chunk */
+    ucp_request_param_t param = {};
+    std::vector<uint64_t> sbufs(count), rbufs(count, 0);
+    std::vector<void*> sreqs, rreqs;
+    size_t held;
+    int i;
+
+    exchange(8, 4);
+    for (i = 0; i < count; ++i) {
+        sbufs[i] = 0x5eed0000ull + i;
+        sreqs.push_back(ucp_tag_send_nbx(sender().ep(), &sbufs[i],
+                                         sizeof(sbufs[i]), 0x5c0, &param));
+        ASSERT_FALSE(UCS_PTR_IS_ERR(sreqs.back()));
+    }
+
+    /* only the sender moves: nothing is acknowledged */
+    for (i = 0; i < 1000; ++i) {
+        sender().progress();
+    }
+
+    held = ucp_failover_worker_held(sender().worker());
+    UCS_TEST_MESSAGE << held << " bytes retained for " << count
+                     << " messages of 8 bytes";
+    EXPECT_LE(held, 6 * chunk);
+    EXPECT_GE(held, 2 * chunk);
+
+    for (i = 0; i < count; ++i) {
+        rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(), &rbufs[i],
+                                         sizeof(rbufs[i]), 0x5c0,
+                                         (ucp_tag_t)-1, &param));
+    }
+    ASSERT_UCS_OK(requests_wait(sreqs));
+    ASSERT_UCS_OK(requests_wait(rreqs));
+    for (i = 0; i < count; ++i) {
+        EXPECT_EQ(0x5eed0000ull + i, rbufs[i]) << "message " << i;
+    }
+
+    /* the last acknowledgement comes with the probe round (100 ms) */
+    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+    while ((ucp_failover_worker_held(sender().worker()) > chunk) &&
+           (ucs_get_time() < deadline)) {
+        progress();
+    }
+    EXPECT_EQ(chunk, ucp_failover_worker_held(sender().worker()))
+            << "the sender keeps its stream's current chunk, nothing else";
+
+    exchange(8, 4);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/*
  * The receiving side of the sequencing: a message that arrives early is held
  * back and delivered in order, one that arrives twice is delivered once.
  * The messages are eager tagged messages, handed to the sequenced-message
