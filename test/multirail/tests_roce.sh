@@ -233,9 +233,23 @@ t_roce_tx_stall_perftest() {
 # once after a reboot: seen twice in a row on 2026-12-04, with the same
 # test passing in 28 other runs)
 MR_ROCE_BED_RETRIES=${MR_ROCE_BED_RETRIES:-2}
+# mr_roce_diag NAME: after a failed test, what the guests' RDMA devices
+# counted since they booted (RNR and sequence NAKs, retries, ...) and the
+# QPs left, into the test's log directory
+mr_roce_diag() {
+    local g
+    [ -d "$MRFO_RESULTS/$1" ] || return 0
+    for g in a b; do
+        "$MR_VM" exec "$g" "rdma statistic show; rdma res show qp" \
+            >"$MRFO_RESULTS/$1/rdma-$g.txt" 2>&1 || true
+    done
+}
+
 mr_roce_run() {
     local name=$1 failed=$mr_failed try keep
     mr_run_test "$@"
+    [ "$mr_failed" != "$failed" ] && [ "$mr_roce_up" = 1 ] &&
+        mr_roce_diag "$name"
     for ((try = 1; try <= MR_ROCE_BED_RETRIES; try++)); do
         [ "$mr_failed" != "$failed" ] && [ "$mr_roce_up" = 1 ] &&
             mr_roce_nic_stalled || return 0
