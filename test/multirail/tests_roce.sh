@@ -430,6 +430,12 @@ t_roce_flaps() {
                     mr_fail "cycle $c: $dev not $want in ${f##*/}"
             done
         done
+        # the QPs while the checker still runs (mr_roce_diag's come after)
+        [ "$mr_test_ok" = 1 ] ||
+            for gg in a b; do
+                "$MR_VM" exec "$gg" "rdma res show qp -dd; rdma statistic show" \
+                    >"$MR_DIR/rdma-cycle$c-$gg.txt" 2>&1 || true
+            done
         [ "$mr_test_ok" = 1 ] || break
     done
     for gg in a b; do
