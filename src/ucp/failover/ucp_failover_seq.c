@@ -281,29 +281,23 @@ static void ucp_failover_seq_stream_cleanup(ucp_failover_seq_stream_t *st)
     ucp_failover_seq_entry_t *entry;
     ucp_failover_seq_held_t *held, *tmp;
 
-    /* the chunks stay until their last entry goes (a zero-copy send may
-     * still read one), counted nowhere; the current one is held meanwhile */
+    /* the chunks leave the stream and go with their last entry (a
+     * zero-copy send may still read one) */
     if (current != NULL) {
-        current->current = 0;
-        current->st      = NULL;
-        current->seq     = NULL;
-        ++current->live;
-        st->chunk        = NULL;
+        ucp_failover_seq_chunk_detach(current);
+        if (current->live == 0) {
+            ucp_failover_seq_chunk_release(current);
+        }
     }
 
     ucs_queue_for_each_extract(entry, &st->retained, queue, 1) {
         entry->seq = NULL;
         if (entry->chunk != NULL) {
-            entry->chunk->st  = NULL;
-            entry->chunk->seq = NULL;
+            ucp_failover_seq_chunk_detach(entry->chunk);
         }
         if (entry->comp.count == 0) {
             ucp_failover_seq_entry_free(entry);
         } /* else its completion frees it */
-    }
-
-    if ((current != NULL) && (--current->live == 0)) {
-        ucp_failover_seq_chunk_release(current);
     }
 
     ucs_list_for_each_safe(held, tmp, &st->held, list) {

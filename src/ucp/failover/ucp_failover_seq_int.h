@@ -279,12 +279,6 @@ ucp_failover_seq_stream_get(ucp_failover_seq_t *seq, uint8_t id);
 uint64_t ucp_failover_seq_am_ids(ucp_context_h context);
 
 
-/** Release what an acknowledgement covers (see ucp_failover_seq_release) */
-void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
-                                   ucp_failover_seq_stream_t *st,
-                                   uint32_t ack);
-
-
 /** Whether the wrapper has messages retained but not sent yet */
 int ucp_failover_seq_has_backlog(ucp_failover_seq_ep_t *seq_ep);
 
@@ -370,11 +364,11 @@ ucp_failover_seq_entry_free(ucp_failover_seq_entry_t *entry)
 }
 
 
-/* Release the messages of @a st up to @a ack, newer than tx_acked (inline
- * on the receiver's fast path, ucp_failover_seq_release_upto elsewhere) */
+/* Release the messages of @a st up to @a ack, newer than tx_acked (inline:
+ * the receiver's fast path runs it for every acknowledgement) */
 static UCS_F_ALWAYS_INLINE void
-ucp_failover_seq_release_inline(ucp_failover_seq_t *seq,
-                                ucp_failover_seq_stream_t *st, uint32_t ack)
+ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
+                              ucp_failover_seq_stream_t *st, uint32_t ack)
 {
     ucp_failover_seq_entry_t *entry;
 

@@ -404,9 +404,7 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
     }
 
     st = &seq->main;
-    if ((int32_t)(hdr.ack - st->tx_acked) > 0) {
-        ucp_failover_seq_release_inline(seq, st, hdr.ack);
-    }
+    ucp_failover_seq_release(seq, st, hdr.ack);
     status = ucp_failover_seq_deliver_next(worker, seq, st, &hdr, data,
                                            length - UCP_FAILOVER_SEQ_HDR_LEN,
                                            flags, &ack_owed);

@@ -215,10 +215,8 @@ void ucp_failover_seq_chunk_release(ucp_failover_seq_chunk_t *chunk)
         seq->retained_bytes -= chunk->held;
     }
 
+    /* (a release of entries checks the window after it) */
     ucp_failover_pool_put(chunk, chunk->held);
-    if ((seq != NULL) && seq->window_full) {
-        ucp_failover_seq_window_check(seq);
-    }
 }
 
 /* A retained entry for a message of @a length bytes of @a st (the trailer
@@ -283,13 +281,6 @@ void ucp_failover_seq_window_check(ucp_failover_seq_t *seq)
             ucp_failover_seq_dispatch_schedule(st->seq_ep);
         }
     }
-}
-
-/* Release the messages of @a st up to @a ack, newer than tx_acked */
-void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
-                                   ucp_failover_seq_stream_t *st, uint32_t ack)
-{
-    ucp_failover_seq_release_inline(seq, st, ack);
 }
 
 /* ---------------------------------------------------------------------------
