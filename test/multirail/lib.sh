@@ -200,17 +200,29 @@ mr_expect_quiet_reprobes() {
 }
 
 # mr_log_excerpt DIR: after a failure, show on stderr what CI logs cannot
-# otherwise keep: the lines of the programs' logs that name a crash or an
-# error (bounded: 12 lines a file, files under DIR only)
+# otherwise keep: the lines of the programs' logs that name a crash, an
+# error or a lane's failure or return (bounded: the first 4 and the last 14
+# of a file, files under DIR only), and the RC QPs the RoCE tests recorded
+# in the guests at a failing moment (rdma-*.txt: 8 lines a file)
 mr_log_excerpt() {
-    local f n re='Assertion|assert|[Aa]bort|Fatal|Segmentation|signal|[Bb]acktrace|^RESULT|ERROR|error'
+    local f n re='Assertion|assert|[Aa]bort|Fatal|Segmentation|signal|[Bb]acktrace|^RESULT|ERROR|error|failed \(|is back'
     for f in "$1"/*.out "$1"/*.err; do
         [ -s "$f" ] || continue
         n=$(grep -cE "$re" "$f" || true)
         [ "$n" -gt 0 ] || continue
-        echo "  --- ${f##*/}: $n matching line(s), first 12:" >&2
+        echo "  --- ${f##*/}: $n matching line(s), the first 4 and last 14:" >&2
         # (grep may be cut off by head: no error under pipefail)
-        { grep -E "$re" "$f" || true; } | head -12 | cut -c1-240 |
+        { grep -E "$re" "$f" || true; } |
+            awk 'NR <= 4 { print; next } { t[NR % 14] = $0; last = NR }
+                 END { if (last > 18) print "[...]";
+                       for (i = (last > 18 ? last - 13 : 5); i <= last; i++)
+                           print t[i % 14] }' |
+            cut -c1-240 | sed 's/^/  | /' >&2
+    done
+    for f in "$1"/rdma-*.txt; do
+        [ -s "$f" ] || continue
+        echo "  --- ${f##*/}: RC QPs" >&2
+        { grep -E "type RC" "$f" || true; } | head -8 | cut -c1-200 |
             sed 's/^/  | /' >&2
     done
 }

@@ -554,7 +554,8 @@ t_roce_tx_hold() {
 # and on the target of client/server endpoints (PEER); the wireup lane's;
 # a fatal device error (injected: rxe never reports one); and UCT's RC
 # endpoints destroyed one after another while rxe never reports their QP's
-# last WQE (patch 0058). Left out: the cases that work on a TCP socket and
+# last WQE (patch 0058), and a keepalive check of a full send queue
+# (patch 0060). Left out: the cases that work on a TCP socket and
 # the ones that need an error callback (err mode NONE).
 MR_ROCE_GTEST_FILTER='rcv/test_ucp_multirail_failover.*/0'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_failover.*/1'
@@ -569,6 +570,7 @@ MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_wireup_lane.*/0'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_wireup_lane.*/2'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_detect_ib.*'
 MR_ROCE_GTEST_FILTER+=':rc_verbs/test_rc_last_wqe*'
+MR_ROCE_GTEST_FILTER+=':rc_verbs/test_rc_check_full*'
 MR_ROCE_GTEST_FILTER+='-*socket_error_mid_zcopy*:*request_waits_on_new_am*'
 MR_ROCE_GTEST_FILTER+=':*data_stream_lost_fragments*'
 MR_ROCE_GTEST_FILTER+=':*last_lane_fails_endpoint/1:*last_lane_fails_endpoint/3'
@@ -645,9 +647,10 @@ mr_roce_all() {
     mr_roce_run roce_drop_r0_amlane_busy t_roce_drop drop b 0 busy
     # late packets of a failed lane's QPs, released after the failover
     mr_roce_run roce_tx_hold_r1_busy_a t_roce_tx_hold a 1 busy
-    # one rail's wire after the other unplugged and plugged back, 8 times:
-    # the failed lanes' QPs do not pile up (patch 0058)
-    mr_roce_run roce_flaps_qps_a t_roce_flaps a 8 6
+    # one rail's wire after the other unplugged and plugged back, 8 times
+    # (MR_FLAPS_CYCLES: more, for a developer's longer run): the failed
+    # lanes' QPs do not pile up (patch 0058)
+    mr_roce_run roce_flaps_qps_a t_roce_flaps a "${MR_FLAPS_CYCLES:-8}" 6
     # a rail that stops sending in one guest, under Debian's ucx_perftest
     mr_roce_run roce_tx_stall_perftest_b t_roce_tx_stall_perftest
     # ud_verbs rails (UD lanes: UCT's own reliability over datagrams) with

@@ -4,7 +4,7 @@
  * See file LICENSE for terms.
  */
 
-#include "test_rc.h"
+#include "test_rc_am_count.h"
 
 extern "C" {
 #include <ucs/datastruct/list.h>
@@ -19,22 +19,12 @@ extern "C" {
  * reports it, the list drains either way: these cases test the bound on
  * soft-RoCE, where the project's test command runs them.)
  */
-class test_rc_last_wqe : public test_rc {
+class test_rc_last_wqe : public test_rc_am_count {
 public:
     void init()
     {
         modify_config("RC_LAST_WQE_TIMEOUT", m_timeout);
-        m_received = 0;
-        test_rc::init();
-        uct_iface_set_am_handler(m_e2->iface(), 0, am_count_handler,
-                                 &m_received, 0);
-    }
-
-    static ucs_status_t am_count_handler(void *arg, void *data, size_t length,
-                                         unsigned flags)
-    {
-        ++*static_cast<size_t*>(arg);
-        return UCS_OK;
+        test_rc_am_count::init();
     }
 
     size_t cleanups_pending(entity *e)
@@ -65,7 +55,6 @@ public:
 
 protected:
     const char *m_timeout = "0";
-    size_t     m_received;
 };
 
 UCS_TEST_P(test_rc_last_wqe, overdue_qps_are_destroyed)
