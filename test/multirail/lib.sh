@@ -203,7 +203,8 @@ mr_expect_quiet_reprobes() {
 # otherwise keep: the lines of the programs' logs that name a crash, an
 # error or a lane's failure or return (bounded: the first 4 and the last 14
 # of a file, files under DIR only), and the RC QPs the RoCE tests recorded
-# in the guests at a failing moment (rdma-*.txt: 8 lines a file)
+# in the guests at a failing moment (rdma-*.txt, stall-*.txt: 16 lines a
+# file)
 mr_log_excerpt() {
     local f n re='Assertion|assert|[Aa]bort|Fatal|Segmentation|signal|[Bb]acktrace|^RESULT|ERROR|error|failed \(|is back'
     for f in "$1"/*.out "$1"/*.err; do
@@ -219,11 +220,11 @@ mr_log_excerpt() {
                            print t[i % 14] }' |
             cut -c1-240 | sed 's/^/  | /' >&2
     done
-    for f in "$1"/rdma-*.txt; do
+    for f in "$1"/rdma-*.txt "$1"/stall-*.txt; do
         [ -s "$f" ] || continue
-        echo "  --- ${f##*/}: RC QPs" >&2
-        { grep -E "type RC" "$f" || true; } | head -8 | cut -c1-200 |
-            sed 's/^/  | /' >&2
+        echo "  --- ${f##*/}: RC QPs, RC send state" >&2
+        { grep -E "type RC|available = |unsignaled = |cq_available = " "$f" ||
+          true; } | head -16 | cut -c1-200 | sed 's/^/  | /' >&2
     done
 }
 

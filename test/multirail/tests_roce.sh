@@ -396,6 +396,32 @@ mr_roce_wait_lanes_up() {
     done
 }
 
+# mr_roce_capture_stall FILE: while a test's checker pair still runs but a
+# lane does not come back, what the guests show of it (bounded, once): the
+# QPs with their PSNs, the RDMA counters, the rails' neighbours and queues,
+# and each checker's stacks and its RC endpoints' send state (gdb, batch:
+# lane 1 and 2, through the sequencing wrapper if the lane carries it)
+mr_roce_capture_stall() {
+    local out=$1 g who gdbx l
+    gdbx="-ex 'thread apply all bt 12'"
+    for l in 1 2; do
+        gdbx+=" -ex 'p *(uct_rc_verbs_ep_t*)((ucp_proxy_ep_t*)g.ep->uct_eps[$l])->uct_ep'"
+        gdbx+=" -ex 'p *(uct_rc_verbs_ep_t*)g.ep->uct_eps[$l]'"
+        gdbx+=" -ex 'p *((uct_rc_verbs_ep_t*)((ucp_proxy_ep_t*)g.ep->uct_eps[$l])->uct_ep)->qp'"
+        gdbx+=" -ex 'p *((uct_rc_verbs_ep_t*)g.ep->uct_eps[$l])->qp'"
+    done
+    gdbx+=" -ex 'p ((uct_rc_iface_t*)g.ep->uct_eps[1]->iface)->tx'"
+    for g in a b; do
+        [ "$g" = a ] && who=client || who=server
+        timeout 60 "$MR_VM" exec "$g" \
+            "rdma res show qp -dd; rdma statistic show;" \
+            "ip -s neigh; tc -s qdisc; ip -s link show eth1;" \
+            "p=\$(pgrep -f '^[^ ]*mr_check --$who' | head -1);" \
+            "[ -n \"\$p\" ] && timeout 30 gdb -p \$p -batch -nx $gdbx" \
+            >"$out-$g.txt" 2>&1 || true
+    done
+}
+
 # t_roce_flaps GUEST CYCLES MAX_ERR_QPS: one checker pair streaming every
 # API while the wire of rail 0, then of rail 1, and so on (CYCLES times),
 # is unplugged in GUEST until both sides failed its lane over, then plugged
@@ -426,6 +452,11 @@ t_roce_flaps() {
             "$MR_VM" "$act" link "$g" "$rail" >>"$MR_DIR/faults.log" 2>&1 ||
                 { mr_fail "cycle $c: $act link $g $rail"; break 2; }
             for f in "$cli" "$srv"; do
+                # a lane not back after 12 s: what the guests show of it
+                # while the checkers still run (their hang timeout is 20 s)
+                [ "$want" = up ] && [ ! -e "$MR_DIR/stall-cycle$c-a.txt" ] &&
+                    ! mr_roce_wait_lane "$f" "$dev" up 12 &&
+                    mr_roce_capture_stall "$MR_DIR/stall-cycle$c"
                 mr_roce_wait_lane "$f" "$dev" "$want" "$secs" ||
                     mr_fail "cycle $c: $dev not $want in ${f##*/}"
             done

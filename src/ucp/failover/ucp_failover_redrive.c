@@ -559,17 +559,12 @@ static int ucp_failover_rma_is_basic(const ucp_request_t *req)
            (req->send.uct.func == rma->progress_get);
 }
 
-/* Move an RMA or AMO request to the lane its rkey resolves to for the
- * endpoint's current configuration; a zero-copy RMA buffer registered for
- * another memory domain is registered for that lane's */
-static ucs_status_t ucp_failover_rkey_req_move(ucp_request_t *req)
+/* A zero-copy RMA buffer registered for another memory domain than the one
+ * of the request's lane is registered for that lane's (the basic protocol
+ * posts the first memory handle, whatever the lane) */
+static ucs_status_t ucp_failover_rma_buffer_move(ucp_request_t *req)
 {
     ucp_ep_h ep = req->send.ep;
-
-    ucp_failover_reroute_rkey_req(req);
-    if (req->send.lane == UCP_NULL_LANE) {
-        return UCS_ERR_UNREACHABLE;
-    }
 
     if (!ucp_failover_rma_is_basic(req) ||
         (req->send.state.dt.dt.contig.md_map == 0) ||
@@ -580,6 +575,18 @@ static ucs_status_t ucp_failover_rkey_req_move(ucp_request_t *req)
 
     ucp_request_send_buffer_dereg(req);
     return ucp_request_send_buffer_reg_lane(req, req->send.lane, 0);
+}
+
+/* Move an RMA or AMO request to the lane its rkey resolves to for the
+ * endpoint's current configuration, its zero-copy buffer with it */
+static ucs_status_t ucp_failover_rkey_req_move(ucp_request_t *req)
+{
+    ucp_failover_reroute_rkey_req(req);
+    if (req->send.lane == UCP_NULL_LANE) {
+        return UCS_ERR_UNREACHABLE;
+    }
+
+    return ucp_failover_rma_buffer_move(req);
 }
 
 ucs_status_t ucp_failover_rkey_req_refresh(ucp_request_t *req)
@@ -820,6 +827,16 @@ void ucp_failover_reroute(ucp_request_t *req)
     req->send.pending_lane = UCP_NULL_LANE;
     resent                 = ucp_failover_put_flush_reroute(req);
     if (ucp_failover_reroute_rkey_req(req)) {
+        /* its rkey now resolves for the current configuration, so its
+         * progress does not refresh it: its zero-copy buffer moves here
+         * (else it posted the old memory domain's key: "local protection
+         * error" on RC). If that cannot be done, its rkey is marked stale:
+         * its progress refreshes it, and fails the request if it still
+         * cannot */
+        if ((req->send.lane != UCP_NULL_LANE) &&
+            (ucp_failover_rma_buffer_move(req) != UCS_OK)) {
+            req->send.rma.rkey->cache.ep_cfg_index = UCP_WORKER_CFG_INDEX_NULL;
+        }
         ucs_debug("req %p: RMA/AMO request moved to lane[%d]%s", req,
                   req->send.lane, resent ? ", a put sent again whole" : "");
     } else if ((req->send.uct.func == ucp_ep_flush_progress_pending) &&
