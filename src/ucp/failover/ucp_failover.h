@@ -95,7 +95,11 @@ enum {
     /* The CM connection was lost; the endpoint lives on its data lanes */
     UCP_FAILOVER_EP_FLAG_CM_LOST      = UCS_BIT(3),
     /* Message fragments stripe over the am_bw lanes (data streams) */
-    UCP_FAILOVER_EP_FLAG_STRIPE       = UCS_BIT(4)
+    UCP_FAILOVER_EP_FLAG_STRIPE       = UCS_BIT(4),
+    /* In the worker's list of endpoints the next probe round tends (a lane
+     * to connect, wrap or recover, an acknowledgement or backlog owed, a
+     * CM loss to decide) */
+    UCP_FAILOVER_EP_FLAG_ROUND        = UCS_BIT(5)
 };
 
 
@@ -125,6 +129,12 @@ typedef struct ucp_failover_ep {
                                                   (next NULL: not in it) */
     ucp_ep_h         ep;                       /* This endpoint (walks of
                                                   that list) */
+    ucs_list_link_t  round_list;               /* In the worker's list of
+                                                  endpoints with round work
+                                                  (FLAG_ROUND) */
+    struct ucp_failover_peer *peer;            /* Its peer's endpoints (probe
+                                                  walks), once in 'list' */
+    ucs_list_link_t  peer_list;                /* In peer->eps */
 } ucp_failover_ep_t;
 
 

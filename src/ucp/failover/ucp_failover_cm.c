@@ -76,6 +76,7 @@ int ucp_failover_cm_disconnected(ucp_ep_h ep)
                    2 * ep->worker->context->config.ext.multirail.probe_timeout);
     fo->flags      |= UCP_FAILOVER_EP_FLAG_CM_PENDING;
     fo->cm_deadline = ucs_get_time() + ucs_time_from_sec(wait);
+    ucp_failover_round_want(fo); /* the probe rounds decide it */
     ucs_debug("ep %p: CM connection disconnected without a CLOSING from the "
               "peer, waiting %.3f s for one", ep, wait);
     return 1;
@@ -102,22 +103,24 @@ void ucp_failover_cm_peer_closing(ucp_ep_h ep)
                                UCS_ERR_CONNECTION_RESET);
 }
 
-void ucp_failover_cm_check(ucp_failover_worker_t *fw, ucp_ep_h ep)
+int ucp_failover_cm_check(ucp_failover_worker_t *fw, ucp_ep_h ep)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
 
-    if (!(fo->flags & UCP_FAILOVER_EP_FLAG_CM_PENDING) ||
-        (ucs_get_time() < fo->cm_deadline)) {
-        return;
+    if (!(fo->flags & UCP_FAILOVER_EP_FLAG_CM_PENDING)) {
+        return 0;
+    } else if (ucs_get_time() < fo->cm_deadline) {
+        return 1;
     }
 
     fo->flags &= ~UCP_FAILOVER_EP_FLAG_CM_PENDING;
     if (ep->flags & UCP_EP_FLAG_FAILED) {
-        return;
+        return 0;
     }
 
     fo->flags |= UCP_FAILOVER_EP_FLAG_CM_LOST;
     ucs_info("ep %p: the client/server (CM) connection was lost without a "
              "close from the peer; the endpoint continues on its data lanes",
              ep);
+    return 0;
 }

@@ -122,8 +122,14 @@ int ucp_failover_seq_defer_error(ucp_ep_h ep, ucp_lane_index_t lane,
 void ucp_failover_seq_resend(ucp_ep_h ep);
 
 
-/** In each probe round: install late, send owed acknowledgements */
-void ucp_failover_seq_round(ucp_ep_h ep);
+/** Install sequencing on the endpoint's lanes, as far as they are connected;
+ *  whether something is left to install later (wireup goes on) */
+int ucp_failover_seq_install(ucp_ep_h ep);
+
+
+/** In each probe round that tends the endpoint: send owed acknowledgements
+ *  and move backlogs along; whether any is still owed */
+int ucp_failover_seq_round(ucp_ep_h ep);
 
 
 /** Tests: the number of the next message the endpoint delivers (0: none
@@ -378,6 +384,19 @@ void ucp_failover_link_watch_stop(ucp_failover_link_watch_t *watch);
 
 KHASH_SET_INIT_INT64(ucp_failover_rail_set);
 
+
+/* The worker's failover endpoints to one peer worker: a probe round probes
+ * one lane per rail (local resource) of them, not each endpoint's */
+typedef struct ucp_failover_peer {
+    uint64_t        uuid;        /* the peer worker's */
+    ucs_list_link_t eps;         /* ucp_failover_ep_t.peer_list */
+    ucp_tl_bitmap_t rails;       /* resources of their lanes */
+    int             rails_stale; /* an endpoint joined, left or changed
+                                    lanes: 'rails' is computed again */
+} ucp_failover_peer_t;
+
+KHASH_MAP_INIT_INT64(ucp_failover_peer_map, ucp_failover_peer_t*);
+
 struct ucp_failover_rec_lane;
 KHASH_MAP_INIT_INT64(ucp_failover_attempt_map, struct ucp_failover_rec_lane*);
 
@@ -424,10 +443,18 @@ typedef struct ucp_failover_worker {
     uint64_t                  probes_sent;     /* lanes probed, total */
     uint64_t                  probe_wakeups;   /* user wakeups for rounds */
     unsigned                  round_eps;       /* failover eps, last round */
-    /* Rails (resource, peer) probed in the current round */
-    khash_t(ucp_failover_rail_set) probed_rails;
-    /* Rails whose every lane the next round probes (a lane on it failed) */
+    uint64_t                  round_visits;    /* endpoints looked at by
+                                                  probe rounds, total */
+    /* Endpoints the next round tends (ucp_failover_ep_t.round_list): only
+     * those with work, healthy idle ones are not walked */
+    ucs_list_link_t           round_eps_list;
+    /* Failover endpoints by peer worker (probe walks) */
+    khash_t(ucp_failover_peer_map) peers;
+    /* Rails whose every lane the next round probes (a lane on it failed),
+     * and those the current round does (a round that finds a dead lane
+     * verifies its rail in the same round and in the next) */
     khash_t(ucp_failover_rail_set) verify_rails;
+    khash_t(ucp_failover_rail_set) verify_now;
     /* Walking the worker's endpoints: what may destroy one is deferred */
     int                       walking;
     /* Resources that had a link-up or port-active event (atomic) */
@@ -461,6 +488,24 @@ typedef struct ucp_failover_worker {
  *  destroyed, even if a later negotiation fails), or is destroyed */
 void ucp_failover_worker_ep_add(ucp_ep_h ep);
 void ucp_failover_worker_ep_remove(ucp_ep_h ep);
+
+
+/** Put @a fo's endpoint on the list the next probe round tends */
+void ucp_failover_round_add(ucp_failover_ep_t *fo);
+
+
+/**
+ * The endpoint has work for the next probe round: a lane to connect, wrap or
+ * recover, an acknowledgement or a backlog owed, a CM loss to decide. The
+ * round keeps it while the work lasts; endpoints without any are not walked.
+ * A no-op for an endpoint that did not negotiate failover.
+ */
+static UCS_F_ALWAYS_INLINE void ucp_failover_round_want(ucp_failover_ep_t *fo)
+{
+    if (ucs_unlikely(!(fo->flags & UCP_FAILOVER_EP_FLAG_ROUND))) {
+        ucp_failover_round_add(fo);
+    }
+}
 
 
 /** Set up the worker's log of rail events */
@@ -520,8 +565,9 @@ void ucp_failover_probe_schedule(ucp_failover_worker_t *fw);
 void ucp_failover_cm_peer_closing(ucp_ep_h ep);
 
 
-/** In each probe round, for every endpoint: decide a pending CM loss */
-void ucp_failover_cm_check(ucp_failover_worker_t *fw, ucp_ep_h ep);
+/** In each probe round, for the endpoints it tends: decide a pending CM
+ *  loss; whether one is still pending */
+int ucp_failover_cm_check(ucp_failover_worker_t *fw, ucp_ep_h ep);
 
 
 /** Recovery state of the worker: set up and released with the monitor */
@@ -529,9 +575,10 @@ void ucp_failover_recover_init(ucp_failover_worker_t *fw);
 void ucp_failover_recover_cleanup(ucp_failover_worker_t *fw);
 
 
-/** Recovery, in each probe round: before, for every endpoint, and after */
+/** Recovery, in each probe round: before, for each endpoint it tends
+ *  (whether the endpoint still has failed lanes to recover), and after */
 void ucp_failover_recover_round_begin(ucp_failover_worker_t *fw);
-void ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep);
+int ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep);
 void ucp_failover_recover_round_end(ucp_failover_worker_t *fw);
 
 

@@ -609,6 +609,7 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
     fo->failed_lanes |= UCS_BIT(lane);
     fo->num_restarts  = 0;
     ++fo->num_failovers;
+    ucp_failover_round_want(fo); /* its recovery runs in the probe rounds */
 
     /* From now on nothing reaches the lane's transport endpoint */
     rsc_index     = ucp_ep_get_rsc_index(ep, lane);

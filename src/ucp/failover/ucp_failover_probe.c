@@ -13,8 +13,12 @@
  * worker's transport error handler, as any lane error does. Probes go to one
  * lane per rail to a peer, not to every endpoint's: the cost grows with
  * rails, not endpoints; when a lane fails, the other endpoints' lanes on
- * that rail to that peer are probed at once. Each round also runs lane
- * recovery (ucp_failover_recover.c): re-probes of failed lanes that are due.
+ * that rail to that peer are probed at once. Each round also tends the
+ * endpoints that have work (ucp_failover_round_want()): lane recovery
+ * (ucp_failover_recover.c, re-probes of failed lanes that are due), a CM
+ * loss to decide, sequencing to install, acknowledgements and backlogs
+ * owed. Healthy idle endpoints cost a round nothing but the probe of their
+ * rails, shared with their peer's other endpoints.
  */
 
 #ifdef HAVE_CONFIG_H
@@ -92,61 +96,168 @@ void ucp_failover_probe_schedule(ucp_failover_worker_t *fw)
 }
 
 /*
- * A probe round: one lane per rail to a peer (local resource, peer worker),
- * whatever the number of endpoints sharing it: a path that dies silently
- * takes all their connections with it, and the one probed finds it. Every
- * lane of a rail to be verified (a lane on it failed) is probed.
+ * The endpoints with work (fw->round_eps_list): lanes to recover, a CM loss
+ * to decide, sequencing to install, acknowledgements or backlogs owed. An
+ * endpoint leaves the list once it has none; what gives it work again puts
+ * it back (ucp_failover_round_want()). Healthy idle endpoints are not here.
+ */
+static void ucp_failover_probe_tend(ucp_failover_worker_t *fw)
+{
+    ucp_failover_ep_t *fo, *tmp;
+    ucp_ep_h ep;
+    int more;
+
+    ucs_list_for_each_safe(fo, tmp, &fw->round_eps_list, round_list) {
+        ep = fo->ep;
+        ++fw->round_visits;
+        more  = ucp_failover_recover_ep(fw, ep);
+        more |= ucp_failover_cm_check(fw, ep);
+        more |= ucp_failover_seq_install(ep);
+        more |= ucp_failover_seq_round(ep);
+        if (!more) {
+            ucs_list_del(&fo->round_list);
+            fo->flags &= ~UCP_FAILOVER_EP_FLAG_ROUND;
+        }
+    }
+}
+
+/* The resources of the lanes of @a peer's endpoints */
+static void ucp_failover_probe_peer_rails(ucp_failover_peer_t *peer)
+{
+    ucp_failover_ep_t *fo;
+    ucp_lane_index_t lane;
+    ucp_ep_h ep;
+
+    UCS_BITMAP_CLEAR(&peer->rails);
+    ucs_list_for_each(fo, &peer->eps, peer_list) {
+        ep = fo->ep;
+        if (ep->cfg_index == UCP_WORKER_CFG_INDEX_NULL) {
+            continue;
+        }
+
+        for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+            if (lane != ucp_ep_get_cm_lane(ep)) {
+                UCS_BITMAP_SET(peer->rails, ucp_ep_get_rsc_index(ep, lane));
+            }
+        }
+    }
+
+    peer->rails_stale = 0;
+}
+
+/* Whether every lane on @a rsc_index to @a peer_uuid is probed this round */
+static int ucp_failover_probe_verify(ucp_failover_worker_t *fw,
+                                     ucp_rsc_index_t rsc_index,
+                                     uint64_t peer_uuid)
+{
+    uint64_t rail;
+
+    if ((kh_size(&fw->verify_now) + kh_size(&fw->verify_rails)) == 0) {
+        return 0;
+    }
+
+    rail = ucp_failover_rail_key(rsc_index, peer_uuid);
+    return (kh_get(ucp_failover_rail_set, &fw->verify_now, rail) !=
+            kh_end(&fw->verify_now)) ||
+           (kh_get(ucp_failover_rail_set, &fw->verify_rails, rail) !=
+            kh_end(&fw->verify_rails));
+}
+
+/*
+ * Probe one lane per rail of @a peer: its endpoints are walked until each
+ * rail of theirs has had a lane probed; usually the first endpoint covers
+ * them all. A rail whose lanes cannot be probed (failed, still connecting)
+ * has the walk go on to the peer's other endpoints, and a rail to be
+ * verified (a lane on it failed) has every lane on it probed: then all the
+ * peer's endpoints are walked (work in proportion to failed lanes).
+ */
+static void ucp_failover_probe_peer(ucp_failover_worker_t *fw,
+                                    ucp_failover_peer_t *peer)
+{
+    ucp_tl_bitmap_t seen, left;
+    ucp_rsc_index_t rsc_index;
+    ucp_failover_ep_t *fo;
+    ucp_lane_index_t lane;
+    ucp_ep_h ep;
+    int verify;
+
+    if (peer->rails_stale) {
+        ucp_failover_probe_peer_rails(peer);
+    }
+
+    UCS_BITMAP_CLEAR(&seen);
+    ucs_list_for_each(fo, &peer->eps, peer_list) {
+        ep = fo->ep;
+        ++fw->round_visits;
+        if (!ucp_failover_probe_ep_ok(ep)) {
+            continue;
+        }
+
+        ++fw->round_eps;
+        for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+            if (lane == ucp_ep_get_cm_lane(ep)) {
+                continue;
+            }
+
+            rsc_index = ucp_ep_get_rsc_index(ep, lane);
+            if (!ucp_failover_probe_lane_ok(ep, lane)) {
+                /* failed or still connecting: another endpoint's lane on
+                 * that rail is probed, if there is one */
+                continue;
+            }
+
+            if (ucp_failover_probe_verify(fw, rsc_index, peer->uuid)) {
+                ucp_failover_probe_lane(fw, ep, lane);
+            } else if (!UCS_BITMAP_GET(seen, rsc_index)) {
+                ucp_failover_probe_lane(fw, ep, lane);
+            }
+
+            UCS_BITMAP_SET(seen, rsc_index);
+        }
+
+        /* every rail of the peer had its lane (a probe may have found a
+         * dead one just now: its rail is verified at once) */
+        verify = (kh_size(&fw->verify_now) + kh_size(&fw->verify_rails)) != 0;
+        left   = UCP_TL_BITMAP_AND_NOT(peer->rails, seen);
+        if (!verify && UCS_BITMAP_IS_ZERO_INPLACE(&left)) {
+            break;
+        }
+    }
+}
+
+/*
+ * A probe round: the endpoints with work are tended, then one lane per rail
+ * to a peer (local resource, peer worker) is probed, whatever the number of
+ * endpoints sharing it: a path that dies silently takes all their
+ * connections with it, and the one probed finds it. Every lane of a rail to
+ * be verified (a lane on it failed) is probed. The work grows with the
+ * endpoints that have work and with the rails to peers, not with healthy
+ * endpoints.
  */
 static unsigned ucp_failover_probe_progress(void *arg)
 {
     ucp_failover_worker_t *fw = arg;
     ucp_worker_h worker       = fw->worker;
-    ucp_failover_ep_t *fo, *tmp;
-    ucp_rsc_index_t rsc_index;
-    ucp_lane_index_t lane;
-    uint64_t key;
-    ucp_ep_h ep;
-    int ret;
+    khash_t(ucp_failover_rail_set) verify;
+    ucp_failover_peer_t *peer;
 
     UCS_ASYNC_BLOCK(&worker->async);
+    /* the rails to verify now; those found during the round are verified
+     * in it too, and again in the next */
+    verify           = fw->verify_now;
+    fw->verify_now   = fw->verify_rails;
+    fw->verify_rails = verify;
+    kh_clear(ucp_failover_rail_set, &fw->verify_rails);
     fw->probe_scheduled = 0;
     fw->walking         = 1;
     ++fw->probe_rounds;
     fw->round_eps = 0;
-    kh_clear(ucp_failover_rail_set, &fw->probed_rails);
     ucp_failover_recover_round_begin(fw);
-    /* the endpoints that negotiated failover: the others have nothing to
-     * probe, acknowledge or recover */
-    ucs_list_for_each_safe(fo, tmp, &fw->eps, list) {
-        ep = fo->ep;
-        ucp_failover_recover_ep(fw, ep);
-        ucp_failover_cm_check(fw, ep);
-        ucp_failover_seq_ep_connected(ep);
-        ucp_failover_seq_round(ep);
-        fw->round_eps += ucp_failover_probe_ep_ok(ep);
-        for (lane = 0; ucp_failover_probe_ep_ok(ep) &&
-                       (lane < ucp_ep_num_lanes(ep));
-             ++lane) {
-            if (!ucp_failover_probe_lane_ok(ep, lane)) {
-                continue;
-            }
-
-            rsc_index = ucp_ep_get_rsc_index(ep, lane);
-            key       = ucp_failover_rail_key(
-                    rsc_index, ucp_failover_ep(ep)->peer_uuid);
-            if (kh_get(ucp_failover_rail_set, &fw->verify_rails, key) !=
-                kh_end(&fw->verify_rails)) {
-                ucp_failover_probe_lane(fw, ep, lane);
-                continue;
-            }
-
-            kh_put(ucp_failover_rail_set, &fw->probed_rails, key, &ret);
-            if (ret != UCS_KH_PUT_KEY_PRESENT) {
-                ucp_failover_probe_lane(fw, ep, lane);
-            }
-        }
-    }
-    kh_clear(ucp_failover_rail_set, &fw->verify_rails);
+    ucp_failover_probe_tend(fw);
+    kh_foreach_value(&fw->peers, peer, {
+        ucp_failover_probe_peer(fw, peer);
+    });
+    kh_clear(ucp_failover_rail_set, &fw->verify_now);
     ucp_failover_recover_round_end(fw);
     ucp_failover_log_round(worker);
     fw->walking = 0;
@@ -206,8 +317,8 @@ ucs_status_t ucp_failover_probe_start(ucp_failover_worker_t *fw)
     ucp_worker_h worker = fw->worker;
     double interval     = worker->context->config.ext.multirail.probe_interval;
 
-    kh_init_inplace(ucp_failover_rail_set, &fw->probed_rails);
     kh_init_inplace(ucp_failover_rail_set, &fw->verify_rails);
+    kh_init_inplace(ucp_failover_rail_set, &fw->verify_now);
     return ucs_async_add_timer(worker->async.mode, ucs_time_from_sec(interval),
                                ucp_failover_probe_timer, fw, &worker->async,
                                &fw->probe_timer_id);
@@ -228,6 +339,6 @@ void ucp_failover_probe_stop(ucp_failover_worker_t *fw)
 
     ucs_callbackq_remove_if(&fw->worker->uct->progress_q,
                             ucp_failover_probe_cb_filter, fw);
-    kh_destroy_inplace(ucp_failover_rail_set, &fw->probed_rails);
     kh_destroy_inplace(ucp_failover_rail_set, &fw->verify_rails);
+    kh_destroy_inplace(ucp_failover_rail_set, &fw->verify_now);
 }

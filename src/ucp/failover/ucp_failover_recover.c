@@ -900,7 +900,7 @@ static int ucp_failover_rail_in(khash_t(ucp_failover_rail_set) *set,
     return kh_get(ucp_failover_rail_set, set, key) != kh_end(set);
 }
 
-void ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep)
+int ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
     ucp_failover_rec_lane_t *rl;
@@ -911,9 +911,10 @@ void ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep)
     ucs_time_t now;
     int ep_ok, healed, ret;
 
-    /* attempts exist only for failed lanes: a healthy endpoint costs this */
+    /* attempts exist only for failed lanes (healthy endpoints are not in
+     * the rounds' list for recovery) */
     if ((fo->rec == NULL) || (fo->failed_lanes == 0)) {
-        return;
+        return 0;
     }
 
     now   = ucs_get_time();
@@ -962,6 +963,8 @@ void ucp_failover_recover_ep(ucp_failover_worker_t *fw, ucp_ep_h ep)
             ucp_failover_attempt_failed(rl, ucs_status_string(status));
         }
     }
+
+    return 1; /* until no lane is failed */
 }
 
 int ucp_failover_uct_ep_error(ucp_worker_h worker, uct_ep_h uct_ep,

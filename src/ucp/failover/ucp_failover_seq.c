@@ -137,32 +137,48 @@ static int ucp_failover_seq_is_data_lane(ucp_ep_h ep, ucp_lane_index_t lane)
     return 0;
 }
 
-/* Data lanes get a wrapper each (once the am lane has its own) */
-static void ucp_failover_seq_wrap_data_lanes(ucp_ep_h ep, ucp_failover_seq_t *seq)
+/* Data lanes get a wrapper each (once the am lane has its own); returns
+ * whether a data lane is left without one (it is still being connected, or
+ * its wrapper could not be made): a later probe round tries again */
+static int
+ucp_failover_seq_wrap_data_lanes(ucp_ep_h ep, ucp_failover_seq_t *seq)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
+    int left              = 0;
     ucp_failover_seq_stream_t *st;
     ucp_failover_seq_ep_t *seq_ep;
     ucp_lane_index_t lane;
+    uct_ep_h uct_ep;
 
     if (!(fo->flags & UCP_FAILOVER_EP_FLAG_STRIPE)) {
-        return; /* the am_bw slots hold the am lane */
+        return 0; /* the am_bw slots hold the am lane */
     }
 
     for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
+        uct_ep = ep->uct_eps[lane];
         if ((fo->failed_lanes & UCS_BIT(lane)) ||
             !ucp_failover_seq_is_data_lane(ep, lane) ||
-            !ucp_failover_seq_wrappable(ep->uct_eps[lane])) {
+            ucp_failover_seq_ep_test(uct_ep)) {
+            continue;
+        }
+
+        if (!ucp_failover_seq_wrappable(uct_ep)) {
+            /* still connecting (a wireup endpoint) */
+            left |= (uct_ep != NULL) && ucp_wireup_ep_test(uct_ep);
             continue;
         }
 
         st = ucp_failover_seq_stream_get(seq, lane + 1);
-        if ((st == NULL) || (st->seq_ep != NULL)) {
+        if (st == NULL) {
+            left = 1;
+            continue;
+        } else if (st->seq_ep != NULL) {
             continue;
         }
 
         seq_ep = ucp_failover_seq_wrap(ep, seq, st, lane, 0);
         if (seq_ep == NULL) {
+            left = 1;
             continue;
         }
 
@@ -178,9 +194,11 @@ static void ucp_failover_seq_wrap_data_lanes(ucp_ep_h ep, ucp_failover_seq_t *se
             ucp_failover_seq_kick(seq_ep);
         }
     }
+
+    return left;
 }
 
-void ucp_failover_seq_ep_connected(ucp_ep_h ep)
+int ucp_failover_seq_install(ucp_ep_h ep)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
     ucp_failover_seq_ep_t *seq_ep;
@@ -188,32 +206,34 @@ void ucp_failover_seq_ep_connected(ucp_ep_h ep)
     ucp_failover_seq_t *seq;
 
     if (!(fo->flags & UCP_FAILOVER_EP_FLAG_NEGOTIATED) ||
-        ((ep->flags & (UCP_EP_FLAG_REMOTE_ID | UCP_EP_FLAG_FAILED |
-                       UCP_EP_FLAG_CLOSED | UCP_EP_FLAG_REMOTE_CONNECTED)) !=
+        (ep->flags & (UCP_EP_FLAG_FAILED | UCP_EP_FLAG_CLOSED))) {
+        return 0; /* nothing to install, now or later */
+    }
+
+    if (((ep->flags & (UCP_EP_FLAG_REMOTE_ID | UCP_EP_FLAG_REMOTE_CONNECTED)) !=
          (UCP_EP_FLAG_REMOTE_ID | UCP_EP_FLAG_REMOTE_CONNECTED)) ||
         (ep->cfg_index == UCP_WORKER_CFG_INDEX_NULL)) {
-        return;
+        return 1; /* wireup goes on */
     }
 
     if ((fo->seq != NULL) && (fo->seq->seq_ep != NULL)) {
-        ucp_failover_seq_wrap_data_lanes(ep, fo->seq);
-        return;
+        return ucp_failover_seq_wrap_data_lanes(ep, fo->seq);
     }
 
     am_lane = ucp_ep_get_am_lane(ep);
     if ((am_lane == UCP_NULL_LANE) || (fo->failed_lanes & UCS_BIT(am_lane)) ||
         !ucp_failover_seq_wrappable(ep->uct_eps[am_lane])) {
-        return; /* not connected yet: a later call installs it */
+        return 1; /* not connected yet: a later call installs it */
     }
 
     seq = ucp_failover_seq_get(ep);
     if (seq == NULL) {
-        return;
+        return 1;
     }
 
     seq_ep = ucp_failover_seq_wrap(ep, seq, &seq->main, am_lane, 1);
     if (seq_ep == NULL) {
-        return;
+        return 1;
     }
 
     seq->seq_ep = seq_ep;
@@ -223,7 +243,15 @@ void ucp_failover_seq_ep_connected(ucp_ep_h ep)
         ucp_failover_seq_kick(seq_ep);
     }
 
-    ucp_failover_seq_wrap_data_lanes(ep, seq);
+    return ucp_failover_seq_wrap_data_lanes(ep, seq);
+}
+
+void ucp_failover_seq_ep_connected(ucp_ep_h ep)
+{
+    if (ucp_failover_seq_install(ep)) {
+        /* the probe rounds try again until it is done */
+        ucp_failover_round_want(ucp_failover_ep(ep));
+    }
 }
 
 /*
@@ -484,6 +512,7 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
      * the messages sent again carry it, else an ack-only message does. */
     seq->main.ack_again  = 1;
     seq->main.tx_resent += count;
+    ucp_failover_round_want(ucp_failover_ep(ep));
     seq->main.unsent     = ucp_failover_seq_first_retained(&seq->main);
 
     /* so do the data streams' acknowledgements, and the data streams

@@ -116,14 +116,15 @@ static void ucp_failover_seq_peer_asks_resend(ucp_failover_seq_t *seq,
     }
 }
 
-void ucp_failover_seq_round(ucp_ep_h ep)
+int ucp_failover_seq_round(ucp_ep_h ep)
 {
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+    int owed                = 0;
     ucp_failover_seq_stream_t *st;
     uint8_t id;
 
     if (seq == NULL) {
-        return;
+        return 0;
     }
 
     /* acknowledgements not sent yet, and backlogs that wait for a lane */
@@ -144,7 +145,16 @@ void ucp_failover_seq_round(ucp_ep_h ep)
              !ucs_queue_is_empty(&st->seq_ep->pending))) {
             ucp_failover_seq_kick(st->seq_ep);
         }
+
+        /* what is still owed keeps the endpoint in the rounds: a request
+         * the lane did not take, a backlog the transport holds up */
+        owed |= st->resend_owed || ucp_failover_seq_ack_owed(st) ||
+                ((st->seq_ep != NULL) && !st->seq_ep->dead &&
+                 (ucp_failover_seq_has_backlog(st->seq_ep) ||
+                  !ucs_queue_is_empty(&st->seq_ep->pending)));
     }
+
+    return owed;
 }
 
 /* Hand a message to its own handler, if @a am_ids has its id */
@@ -192,6 +202,7 @@ static void ucp_failover_seq_hold(ucp_failover_seq_t *seq,
                  "the stream again from %u", seq->ep, st->id, hdr->sn,
                  st->rx_next);
         st->resend_owed = 1;
+        ucp_failover_round_want(ucp_failover_ep(seq->ep));
         ucp_failover_seq_ask_resend(seq, st);
         return;
     }
@@ -316,6 +327,11 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
     }
 
     *seq_p = seq;
+    if (!(hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY)) {
+        /* a message owes an acknowledgement: the next probe round sends it
+         * if no message of ours carries it before */
+        ucp_failover_round_want(ucp_failover_ep(ep));
+    }
 
     if (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) {
         ucp_failover_seq_release(seq, st, hdr.ack);
@@ -380,6 +396,7 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
     ucp_failover_seq_hdr_t hdr;
     ucp_failover_seq_stream_t *st;
     ucp_failover_seq_t *seq;
+    ucp_failover_ep_t *fo;
     ucs_status_t status;
     ucp_ep_h ep;
     int ack_owed;
@@ -398,11 +415,15 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
         goto slow;
     }
 
-    seq = ucp_failover_ep(ep)->seq;
+    fo  = ucp_failover_ep(ep);
+    seq = fo->seq;
     if (ucs_unlikely((seq == NULL) || (hdr.sn != seq->main.rx_next))) {
         goto slow;
     }
 
+    /* it owes an acknowledgement: the next probe round sends it if no
+     * message of ours carries it before */
+    ucp_failover_round_want(fo);
     st = &seq->main;
     ucp_failover_seq_release(seq, st, hdr.ack);
     status = ucp_failover_seq_deliver_next(worker, seq, st, &hdr, data,

@@ -581,6 +581,12 @@ static ucs_status_t ucp_failover_seq_kick_from(ucp_failover_seq_ep_t *seq_ep,
     }
 
 out:
+    if (!seq_ep->dead && (ucp_failover_seq_has_backlog(seq_ep) ||
+                          !ucs_queue_is_empty(&seq_ep->pending))) {
+        /* what the transport holds up: the probe rounds move it along too */
+        ucp_failover_round_want(ucp_failover_ep(seq_ep->seq->ep));
+    }
+
     --seq_ep->busy;
     return ret;
 }
@@ -753,6 +759,7 @@ static void ucp_failover_seq_submit_unsent(ucp_failover_seq_ep_t *seq_ep,
         if (seq_ep->stream->unsent == NULL) {
             seq_ep->stream->unsent = entry;
         }
+        ucp_failover_round_want(ucp_failover_ep(seq_ep->seq->ep));
         if (!seq_ep->dispatching) {
             ucp_failover_seq_kick(seq_ep);
         }
@@ -1149,6 +1156,7 @@ static ucs_status_t ucp_failover_seq_ep_pending_add(uct_ep_h uct_ep,
     }
 
     uct_pending_req_queue_push(&seq_ep->pending, req);
+    ucp_failover_round_want(ucp_failover_ep(seq_ep->seq->ep));
     return UCS_OK;
 }
 

@@ -310,17 +310,92 @@ size_t ucp_failover_worker_held(ucp_worker_h worker)
            0 : ucp_failover_pool_held(worker->failover->pool);
 }
 
+/* @a fo leaves its peer's list; the peer goes with its last endpoint */
+static void ucp_failover_worker_peer_leave(ucp_failover_worker_t *fw,
+                                           ucp_failover_ep_t *fo)
+{
+    ucp_failover_peer_t *peer = fo->peer;
+    khiter_t iter;
+
+    if (peer == NULL) {
+        return;
+    }
+
+    ucs_list_del(&fo->peer_list);
+    fo->peer          = NULL;
+    peer->rails_stale = 1;
+    if (!ucs_list_is_empty(&peer->eps)) {
+        return;
+    }
+
+    iter = kh_get(ucp_failover_peer_map, &fw->peers, peer->uuid);
+    if (iter != kh_end(&fw->peers)) {
+        kh_del(ucp_failover_peer_map, &fw->peers, iter);
+    }
+    ucs_free(peer);
+}
+
+/* @a fo joins the list of its peer's endpoints (probe walks) */
+static void ucp_failover_worker_peer_join(ucp_failover_worker_t *fw,
+                                          ucp_failover_ep_t *fo)
+{
+    ucp_failover_peer_t *peer;
+    khiter_t iter;
+    int ret;
+
+    if ((fo->peer != NULL) && (fo->peer->uuid == fo->peer_uuid)) {
+        fo->peer->rails_stale = 1; /* its lanes may have changed */
+        return;
+    }
+
+    ucp_failover_worker_peer_leave(fw, fo);
+    iter = kh_put(ucp_failover_peer_map, &fw->peers, fo->peer_uuid, &ret);
+    if (ret == UCS_KH_PUT_FAILED) {
+        goto err;
+    } else if (ret == UCS_KH_PUT_KEY_PRESENT) {
+        peer = kh_value(&fw->peers, iter);
+    } else {
+        peer = ucs_calloc(1, sizeof(*peer), "failover peer");
+        if (peer == NULL) {
+            kh_del(ucp_failover_peer_map, &fw->peers, iter);
+            goto err;
+        }
+
+        peer->uuid = fo->peer_uuid;
+        ucs_list_head_init(&peer->eps);
+        kh_value(&fw->peers, iter) = peer;
+    }
+
+    ucs_list_add_tail(&peer->eps, &fo->peer_list);
+    fo->peer          = peer;
+    peer->rails_stale = 1;
+    return;
+
+err:
+    ucs_warn("ep %p: no memory to list it by peer: silent faults of its idle "
+             "lanes are not probed", fo->ep);
+}
+
 void ucp_failover_worker_ep_add(ucp_ep_h ep)
 {
     ucp_failover_worker_t *fw = ep->worker->failover;
     ucp_failover_ep_t *fo     = ucp_failover_ep(ep);
 
-    if ((fw == NULL) || (fo->list.next != NULL)) {
+    if (fw == NULL) {
         return;
     }
 
-    fo->ep = ep;
-    ucs_list_add_tail(&fw->eps, &fo->list);
+    UCS_ASYNC_BLOCK(&ep->worker->async);
+    if (fo->list.next == NULL) {
+        fo->ep = ep;
+        ucs_list_add_tail(&fw->eps, &fo->list);
+    }
+
+    /* at each negotiation: the lanes (and in theory the peer) may change */
+    ucp_failover_worker_peer_join(fw, fo);
+    /* its lanes are connected, sequenced and probed from the rounds */
+    ucp_failover_round_want(fo);
+    UCS_ASYNC_UNBLOCK(&ep->worker->async);
 }
 
 void ucp_failover_worker_ep_remove(ucp_ep_h ep)
@@ -332,8 +407,34 @@ void ucp_failover_worker_ep_remove(ucp_ep_h ep)
     }
 
     /* (the worker's cleanup unlinks every endpoint first) */
+    UCS_ASYNC_BLOCK(&ep->worker->async);
     ucs_list_del(&fo->list);
     fo->list.next = fo->list.prev = NULL;
+    if (fo->flags & UCP_FAILOVER_EP_FLAG_ROUND) {
+        ucs_list_del(&fo->round_list);
+        fo->flags &= ~UCP_FAILOVER_EP_FLAG_ROUND;
+    }
+    ucp_failover_worker_peer_leave(ep->worker->failover, fo);
+    UCS_ASYNC_UNBLOCK(&ep->worker->async);
+}
+
+void ucp_failover_round_add(ucp_failover_ep_t *fo)
+{
+    ucp_worker_h worker;
+
+    if (fo->list.next == NULL) {
+        return; /* not a failover endpoint (or the shared inactive state) */
+    }
+
+    /* (from a transport's callback on the async thread too) */
+    worker = fo->ep->worker;
+    UCS_ASYNC_BLOCK(&worker->async);
+    if (!(fo->flags & UCP_FAILOVER_EP_FLAG_ROUND) &&
+        (worker->failover != NULL)) {
+        fo->flags |= UCP_FAILOVER_EP_FLAG_ROUND;
+        ucs_list_add_tail(&worker->failover->round_eps_list, &fo->round_list);
+    }
+    UCS_ASYNC_UNBLOCK(&worker->async);
 }
 
 void ucp_failover_worker_init(ucp_worker_h worker)
@@ -357,6 +458,8 @@ void ucp_failover_worker_init(ucp_worker_h worker)
     fw->worker         = worker;
     fw->probe_timer_id = -1;
     ucs_list_head_init(&fw->eps);
+    ucs_list_head_init(&fw->round_eps_list);
+    kh_init_inplace(ucp_failover_peer_map, &fw->peers);
     /* without it, buffers are malloc'ed */
     fw->pool           = ucp_failover_pool_create(
             worker, context->config.ext.multirail.retain_worker);
@@ -410,6 +513,7 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker)
 {
     ucp_failover_worker_t *fw = worker->failover;
     ucp_failover_ep_t *fo, *tmp;
+    ucp_failover_peer_t *peer;
 
     if (fw == NULL) {
         return;
@@ -429,10 +533,16 @@ void ucp_failover_worker_cleanup(ucp_worker_h worker)
     UCS_ASYNC_BLOCK(&worker->async);
     ucp_failover_log_cleanup(worker);
     worker->failover = NULL;
-    /* endpoints outlive the monitor: their links to its list go */
+    /* endpoints outlive the monitor: their links to its lists go */
     ucs_list_for_each_safe(fo, tmp, &fw->eps, list) {
         fo->list.next = fo->list.prev = NULL;
+        fo->flags    &= ~UCP_FAILOVER_EP_FLAG_ROUND;
+        fo->peer      = NULL;
     }
+    kh_foreach_value(&fw->peers, peer, {
+        ucs_free(peer);
+    });
+    kh_destroy_inplace(ucp_failover_peer_map, &fw->peers);
     UCS_ASYNC_UNBLOCK(&worker->async);
     ucp_failover_recover_cleanup(fw);
     /* endpoints and buffers that outlive the monitor keep the pool */

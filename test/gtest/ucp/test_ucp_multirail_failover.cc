@@ -3148,6 +3148,67 @@ UCS_TEST_P(test_ucp_multirail_detect, probes_per_rail_not_per_endpoint)
 
 }
 
+/* A probe round walks the endpoints with work and one endpoint per peer for
+ * the probes, not every endpoint: with 16 healthy idle endpoints to one peer
+ * it looks at about one per round (it looked at all 16 before) */
+UCS_TEST_P(test_ucp_multirail_detect, round_work_not_per_endpoint)
+{
+    skip_unless_two_lanes();
+    static const int num_eps  = 16;
+    ucp_failover_worker_t *fw = sender().worker()->failover;
+
+    ASSERT_TRUE(fw != NULL);
+    for (int ep_index = 2; ep_index < num_eps; ++ep_index) {
+        sender().connect(&receiver(), get_ep_params(), ep_index);
+        receiver().connect(&sender(), get_ep_params(), ep_index);
+    }
+    for (int ep_index = 0; ep_index < num_eps; ++ep_index) {
+        send_recv_ep(ep_index, 8, ep_index);
+        send_recv_ep(ep_index, 64 * UCS_KBYTE, ep_index);
+    }
+
+    /* owed acknowledgements go, wrappers settle */
+    progress_for(0.2);
+    UCS_ASYNC_BLOCK(&sender().worker()->async);
+    uint64_t rounds0 = fw->probe_rounds, visits0 = fw->round_visits;
+    uint64_t probes0 = fw->probes_sent;
+    UCS_ASYNC_UNBLOCK(&sender().worker()->async);
+    progress_for(0.3);
+    UCS_ASYNC_BLOCK(&sender().worker()->async);
+    uint64_t rounds = fw->probe_rounds - rounds0;
+    uint64_t visits = fw->round_visits - visits0;
+    uint64_t probes = fw->probes_sent - probes0;
+    size_t listed   = ucs_list_length(&fw->round_eps_list);
+    UCS_ASYNC_UNBLOCK(&sender().worker()->async);
+
+    UCS_TEST_MESSAGE << rounds << " rounds, " << visits
+                     << " endpoints looked at, " << probes << " probes, "
+                     << listed << " endpoints with work";
+    ASSERT_GE(rounds, 5u);
+    EXPECT_LE(visits, 2 * rounds);
+    EXPECT_GE(probes, rounds);
+    EXPECT_EQ(0u, listed);
+
+    /* an endpoint that receives is tended (its acknowledgement), and leaves
+     * the list once it is sent */
+    ucp_failover_worker_t *rfw = receiver().worker()->failover;
+    ASSERT_TRUE(rfw != NULL);
+    UCS_ASYNC_BLOCK(&receiver().worker()->async);
+    uint64_t rrounds0 = rfw->probe_rounds;
+    UCS_ASYNC_UNBLOCK(&receiver().worker()->async);
+    send_recv_ep(num_eps - 1, 8, 1);
+    UCS_ASYNC_BLOCK(&receiver().worker()->async);
+    /* (unless a round sent it already) */
+    EXPECT_TRUE((ucs_list_length(&rfw->round_eps_list) == 1) ||
+                (rfw->probe_rounds != rrounds0));
+    UCS_ASYNC_UNBLOCK(&receiver().worker()->async);
+    progress_for(0.1);
+    UCS_ASYNC_BLOCK(&receiver().worker()->async);
+    EXPECT_EQ(0u, ucs_list_length(&rfw->round_eps_list));
+    UCS_ASYNC_UNBLOCK(&receiver().worker()->async);
+    EXPECT_EQ(0u, m_err_count);
+}
+
 /* With rounds 10 s apart, a failed lane still has the other endpoint's lane
  * on its rail probed at once */
 UCS_TEST_P(test_ucp_multirail_detect, failed_lane_verifies_its_rail,
