@@ -106,6 +106,8 @@ ucp_failover_seq_wrap(ucp_ep_h ep, ucp_failover_seq_t *seq,
 
     seq_ep            = ucs_derived_of(uct_ep, ucp_failover_seq_ep_t);
     ep->uct_eps[lane] = uct_ep;
+    /* (wrapped once the peer's id is known: it does not change) */
+    seq->remote_id    = ucp_ep_remote_id(ep);
 
     /* am lane: requests already waiting on the transport wait here, in
      * order. A data lane leaves them where they are (they are not ordered

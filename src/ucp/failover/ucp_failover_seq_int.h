@@ -189,8 +189,6 @@ typedef struct ucp_failover_seq_ep {
     size_t             max_short;
     size_t             max_bcopy;
     size_t             retain;
-    size_t             retain_half;   /* ask for an acknowledgement from
-                                         here on */
 } ucp_failover_seq_ep_t;
 
 
@@ -206,6 +204,13 @@ struct ucp_failover_seq {
     size_t                    retain;      /* UCX_MULTIRAIL_RETAIN */
     size_t                    retained_bytes; /* of all streams: the bound
                                                  of the retention */
+    int                       ack_req_due; /* messages ask for an
+                                              acknowledgement: the retention
+                                              is past half its bound, or the
+                                              worker's pool half full, as of
+                                              its last change */
+    uint64_t                  remote_id;   /* the peer endpoint's id (known
+                                              before any lane is wrapped) */
     int                       window_full; /* a wrapper waits for room */
     uint64_t                  am_ids;      /* ids a message may carry: a
                                               handler of the context's
@@ -341,6 +346,16 @@ void ucp_failover_seq_chunk_detach(ucp_failover_seq_chunk_t *chunk);
 void ucp_failover_seq_window_check(ucp_failover_seq_t *seq);
 
 
+/* The bytes @a seq retains changed: whether its messages ask for an
+ * acknowledgement (what a message checks, instead of the bounds) */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_held_changed(ucp_failover_seq_t *seq)
+{
+    seq->ack_req_due = (seq->retained_bytes >= (seq->retain / 2)) ||
+                       ucp_failover_pool_half_full(seq->pool);
+}
+
+
 /* Free a retained entry: its place in a chunk (the chunk goes back to the
  * pool with its last entry, unless its stream fills it), or its buffer */
 static UCS_F_ALWAYS_INLINE void
@@ -391,6 +406,7 @@ ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
         if (ucs_unlikely(entry->held != 0)) {
             st->retained_bytes  -= entry->held;
             seq->retained_bytes -= entry->held;
+            ucp_failover_seq_held_changed(seq);
         }
 
         if (ucs_likely(entry->comp.count == 0)) {

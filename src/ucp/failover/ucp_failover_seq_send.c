@@ -170,6 +170,7 @@ ucp_failover_seq_chunk_new(ucp_failover_seq_t *seq,
     st->retained_bytes  += held;
     seq->retained_bytes += held;
     st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
+    ucp_failover_seq_held_changed(seq);
 
     if (old != NULL) {
         /* its last entry gives it back */
@@ -197,8 +198,10 @@ void ucp_failover_seq_chunk_detach(ucp_failover_seq_chunk_t *chunk)
 
     st->retained_bytes         -= chunk->held;
     chunk->seq->retained_bytes -= chunk->held;
-    chunk->st                   = NULL;
-    chunk->seq                  = NULL;
+    ucp_failover_seq_held_changed(chunk->seq);
+
+    chunk->st  = NULL;
+    chunk->seq = NULL;
 }
 
 void ucp_failover_seq_chunk_release(ucp_failover_seq_chunk_t *chunk)
@@ -213,10 +216,35 @@ void ucp_failover_seq_chunk_release(ucp_failover_seq_chunk_t *chunk)
         }
         st->retained_bytes  -= chunk->held;
         seq->retained_bytes -= chunk->held;
+        ucp_failover_seq_held_changed(seq);
     }
 
     /* (a release of entries checks the window after it) */
     ucp_failover_pool_put(chunk, chunk->held);
+}
+
+/* A place of @a size bytes (aligned) in @a chunk, which has room for it */
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_entry_t *
+ucp_failover_seq_chunk_entry(ucp_failover_seq_t *seq,
+                             ucp_failover_seq_chunk_t *chunk, size_t size)
+{
+    ucp_failover_seq_entry_t *entry;
+
+    entry             = (ucp_failover_seq_entry_t*)(chunk->data + chunk->used);
+    chunk->used      += size;
+    ++chunk->live;
+    entry->chunk      = chunk;
+    entry->held       = 0;
+    entry->comp.count = 0;
+    entry->seq        = seq;
+    return entry;
+}
+
+/* The size of the place in a chunk of a message of @a length bytes */
+static UCS_F_ALWAYS_INLINE size_t ucp_failover_seq_entry_size(size_t length)
+{
+    return ucs_offsetof(ucp_failover_seq_entry_t, data) + length +
+           UCP_FAILOVER_SEQ_HDR_LEN;
 }
 
 /* A retained entry for a message of @a length bytes of @a st (the trailer
@@ -226,8 +254,7 @@ static UCS_F_ALWAYS_INLINE ucp_failover_seq_entry_t *
 ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq,
                              ucp_failover_seq_stream_t *st, size_t length)
 {
-    size_t size = ucs_offsetof(ucp_failover_seq_entry_t, data) + length +
-                  UCP_FAILOVER_SEQ_HDR_LEN;
+    size_t size = ucp_failover_seq_entry_size(length);
     ucp_failover_seq_chunk_t *chunk;
     ucp_failover_seq_entry_t *entry;
     size_t held;
@@ -243,21 +270,16 @@ ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq,
             }
         }
 
-        entry        = (ucp_failover_seq_entry_t*)(chunk->data + chunk->used);
-        chunk->used += size;
-        ++chunk->live;
-        entry->chunk = chunk;
-        entry->held  = 0;
-    } else {
-        entry = ucp_failover_pool_get(seq->pool, size, &held);
-        if (ucs_unlikely(entry == NULL)) {
-            return NULL;
-        }
-
-        entry->chunk = NULL;
-        entry->held  = held;
+        return ucp_failover_seq_chunk_entry(seq, chunk, size);
     }
 
+    entry = ucp_failover_pool_get(seq->pool, size, &held);
+    if (ucs_unlikely(entry == NULL)) {
+        return NULL;
+    }
+
+    entry->chunk      = NULL;
+    entry->held       = held;
     entry->comp.count = 0;
     entry->seq        = seq;
     return entry;
@@ -310,9 +332,7 @@ ucp_failover_seq_ack_take(ucp_failover_seq_ep_t *seq_ep,
 
     /* once per acknowledgement: a request on every message past the half
      * would have the receiver send an acknowledgement per message */
-    if ((ucs_likely(seq->retained_bytes < seq_ep->retain_half) &&
-         ucs_likely(!ucp_failover_pool_half_full(seq->pool))) ||
-        st->ack_asked) {
+    if (ucs_likely(!seq->ack_req_due) || st->ack_asked) {
         return 0;
     }
 
@@ -727,11 +747,11 @@ ucp_failover_seq_no_memory(ucp_failover_seq_ep_t *seq_ep, size_t length)
     return ucp_failover_seq_decline(seq_ep);
 }
 
-/* Take a message for sending: ucp_failover_seq_admit(), then a retained
- * entry of @a length bytes (the trailer comes on top) */
-static UCS_F_ALWAYS_INLINE ucs_status_t
-ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
-                         ucp_failover_seq_entry_t **entry_p)
+/* ucp_failover_seq_reserve() of a message that needs a new chunk or a
+ * buffer of its own, or waits */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_reserve_slow(ucp_failover_seq_ep_t *seq_ep, size_t length,
+                              ucp_failover_seq_entry_t **entry_p)
 {
     ucs_status_t status;
 
@@ -747,6 +767,33 @@ ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
     }
 
     return UCS_OK;
+}
+
+/*
+ * Take a message for sending: a retained entry of @a length bytes (the
+ * trailer comes on top). The usual small message takes a place in its
+ * stream's current chunk: the chunk's bytes were checked against the bounds
+ * (ucp_failover_seq_admit()) and counted when the stream took it, so
+ * nothing more is checked; a message that needs a new chunk or a buffer of
+ * its own, or that finds requests waiting, takes the slow path.
+ */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
+                         ucp_failover_seq_entry_t **entry_p)
+{
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+    size_t size = ucs_align_up_pow2(ucp_failover_seq_entry_size(length), 8);
+    ucp_failover_seq_chunk_t *chunk;
+
+    if (ucs_likely((st != NULL) && ((chunk = st->chunk) != NULL) &&
+                   ucs_queue_is_empty(&seq_ep->pending) &&
+                   (size <= UCP_FAILOVER_SEQ_CHUNK_ENTRY_MAX) &&
+                   ((chunk->used + size) <= chunk->size))) {
+        *entry_p = ucp_failover_seq_chunk_entry(seq_ep->seq, chunk, size);
+        return UCS_OK;
+    }
+
+    return ucp_failover_seq_reserve_slow(seq_ep, length, entry_p);
 }
 
 /* The transport did not take a new message: it goes after the backlog, when
@@ -788,6 +835,7 @@ ucp_failover_seq_retain(ucp_failover_seq_ep_t *seq_ep,
         st->retained_bytes  += entry->held;
         seq->retained_bytes += entry->held;
         st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
+        ucp_failover_seq_held_changed(seq);
     }
     ++st->tx_msgs;
 }
@@ -803,7 +851,7 @@ ucp_failover_seq_trailer(ucp_failover_seq_ep_t *seq_ep, uint32_t sn,
     ucp_failover_seq_hdr_t hdr;
     uint32_t ack;
 
-    hdr.ep_id  = ucp_ep_remote_id(seq_ep->seq->ep);
+    hdr.ep_id  = seq_ep->seq->remote_id;
     hdr.sn     = sn;
     hdr.am_id  = am_id;
     hdr.stream = st->id;
@@ -1010,7 +1058,7 @@ static size_t ucp_failover_seq_pack(void *dest, void *arg)
 
     entry = ucp_failover_seq_entry_alloc(seq, seq_ep->stream, length);
     if (ucs_unlikely(entry == NULL)) {
-        hdr.ep_id  = ucp_ep_remote_id(seq->ep);
+        hdr.ep_id  = seq->remote_id;
         hdr.sn     = 0;
         hdr.ack    = ucp_failover_seq_rx_delivered(&seq->main);
         hdr.am_id  = 0;
@@ -1287,7 +1335,6 @@ void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
                           0;
     seq_ep->max_bcopy   = attr->cap.am.max_bcopy + UCP_FAILOVER_SEQ_HDR_LEN;
     seq_ep->retain      = ep->worker->context->config.ext.multirail.retain;
-    seq_ep->retain_half = seq_ep->retain / 2;
 }
 
 /*
