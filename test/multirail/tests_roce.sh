@@ -400,26 +400,39 @@ mr_roce_wait_lanes_up() {
 # lane does not come back, what the guests show of it (bounded, once): the
 # QPs with their PSNs, the RDMA counters, the rails' neighbours and queues,
 # and each checker's stacks and its RC endpoints' send state (gdb, batch:
-# lane 1 and 2, through the sequencing wrapper if the lane carries it)
+# lane 1 and 2, through the sequencing wrapper if the lane carries it: send
+# credits, completion counters, the oldest operation not completed, the
+# interface's CQ and read credits), then the QPs again
 mr_roce_capture_stall() {
-    local out=$1 g who gdbx l
+    local out=$1 g who gdbx l pids=()
     gdbx="-ex 'thread apply all bt 12'"
     for l in 1 2; do
         gdbx+=" -ex 'p *(uct_rc_verbs_ep_t*)((ucp_proxy_ep_t*)g.ep->uct_eps[$l])->uct_ep'"
         gdbx+=" -ex 'p *(uct_rc_verbs_ep_t*)g.ep->uct_eps[$l]'"
         gdbx+=" -ex 'p *((uct_rc_verbs_ep_t*)((ucp_proxy_ep_t*)g.ep->uct_eps[$l])->uct_ep)->qp'"
         gdbx+=" -ex 'p *((uct_rc_verbs_ep_t*)g.ep->uct_eps[$l])->qp'"
+        # the oldest operation not completed: what the QP waits on (an RDMA
+        # read or atomic needs a read credit of the QP)
+        gdbx+=" -ex 'p *(uct_rc_iface_send_op_t*)((uct_rc_verbs_ep_t*)((ucp_proxy_ep_t*)g.ep->uct_eps[$l])->uct_ep)->super.txqp.outstanding.head'"
+        gdbx+=" -ex 'p *(uct_rc_iface_send_op_t*)((uct_rc_verbs_ep_t*)g.ep->uct_eps[$l])->super.txqp.outstanding.head'"
     done
-    gdbx+=" -ex 'p ((uct_rc_iface_t*)g.ep->uct_eps[1]->iface)->tx'"
+    gdbx+=" -ex 'p ((uct_rc_iface_t*)((ucp_proxy_ep_t*)g.ep->uct_eps[1])->uct_ep->iface)->tx'"
+    gdbx+=" -ex 'p ((uct_rc_iface_t*)g.ep->uct_eps[2]->iface)->tx'"
+    # both guests at once: a checker that detects its hang ends while the
+    # other guest's gdb still runs (session 27's capture of the server came
+    # after it had exited); the QPs first, the slow gdb last
     for g in a b; do
         [ "$g" = a ] && who=client || who=server
         timeout 60 "$MR_VM" exec "$g" \
             "rdma res show qp -dd; rdma statistic show;" \
             "ip -s neigh; tc -s qdisc; ip -s link show eth1;" \
             "p=\$(pgrep -f '^[^ ]*mr_check --$who' | head -1);" \
-            "[ -n \"\$p\" ] && timeout 30 gdb -p \$p -batch -nx $gdbx" \
-            >"$out-$g.txt" 2>&1 || true
+            "[ -n \"\$p\" ] && timeout 30 gdb -p \$p -batch -nx $gdbx;" \
+            "echo '--- QPs again (did their PSNs move?)'; rdma res show qp -dd" \
+            >"$out-$g.txt" 2>&1 &
+        pids+=($!)
     done
+    wait "${pids[@]}" 2>/dev/null || true
 }
 
 # t_roce_flaps GUEST CYCLES MAX_ERR_QPS: one checker pair streaming every
