@@ -405,7 +405,7 @@ mr_roce_wait_lanes_up() {
 # interface's CQ and read credits), then the QPs again
 mr_roce_capture_stall() {
     local out=$1 g who gdbx l pids=()
-    gdbx="-ex 'thread apply all bt 12'"
+    gdbx="-ex 'bt 12'"
     for l in 1 2; do
         gdbx+=" -ex 'p *(uct_rc_verbs_ep_t*)((ucp_proxy_ep_t*)g.ep->uct_eps[$l])->uct_ep'"
         gdbx+=" -ex 'p *(uct_rc_verbs_ep_t*)g.ep->uct_eps[$l]'"
@@ -420,14 +420,17 @@ mr_roce_capture_stall() {
     gdbx+=" -ex 'p ((uct_rc_iface_t*)g.ep->uct_eps[2]->iface)->tx'"
     # both guests at once: a checker that detects its hang ends while the
     # other guest's gdb still runs (session 27's capture of the server came
-    # after it had exited); the QPs first, the slow gdb last
+    # after it had exited); the QPs first, the slow gdb last. gdb reads
+    # libuct's debug information for the first expression: with two of them
+    # at once on loaded TCG guests 30 s were not enough (session 27's
+    # second capture lost every value), so 90 s and the main thread only
     for g in a b; do
         [ "$g" = a ] && who=client || who=server
-        timeout 60 "$MR_VM" exec "$g" \
+        timeout 150 "$MR_VM" exec "$g" \
             "rdma res show qp -dd; rdma statistic show;" \
             "ip -s neigh; tc -s qdisc; ip -s link show eth1;" \
             "p=\$(pgrep -f '^[^ ]*mr_check --$who' | head -1);" \
-            "[ -n \"\$p\" ] && timeout 30 gdb -p \$p -batch -nx $gdbx;" \
+            "[ -n \"\$p\" ] && timeout 90 gdb -p \$p -batch -nx $gdbx;" \
             "echo '--- QPs again (did their PSNs move?)'; rdma res show qp -dd" \
             >"$out-$g.txt" 2>&1 &
         pids+=($!)
