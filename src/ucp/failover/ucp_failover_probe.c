@@ -145,6 +145,12 @@ static void ucp_failover_probe_peer_rails(ucp_failover_peer_t *peer)
     peer->rails_stale = 0;
 }
 
+/* Whether a rail is being verified (a lane on it failed) */
+static int ucp_failover_probe_verifying(ucp_failover_worker_t *fw)
+{
+    return (kh_size(&fw->verify_now) + kh_size(&fw->verify_rails)) != 0;
+}
+
 /* Whether every lane on @a rsc_index to @a peer_uuid is probed this round */
 static int ucp_failover_probe_verify(ucp_failover_worker_t *fw,
                                      ucp_rsc_index_t rsc_index,
@@ -152,7 +158,7 @@ static int ucp_failover_probe_verify(ucp_failover_worker_t *fw,
 {
     uint64_t rail;
 
-    if ((kh_size(&fw->verify_now) + kh_size(&fw->verify_rails)) == 0) {
+    if (!ucp_failover_probe_verifying(fw)) {
         return 0;
     }
 
@@ -179,7 +185,6 @@ static void ucp_failover_probe_peer(ucp_failover_worker_t *fw,
     ucp_failover_ep_t *fo;
     ucp_lane_index_t lane;
     ucp_ep_h ep;
-    int verify;
 
     if (peer->rails_stale) {
         ucp_failover_probe_peer_rails(peer);
@@ -195,17 +200,13 @@ static void ucp_failover_probe_peer(ucp_failover_worker_t *fw,
 
         ++fw->round_eps;
         for (lane = 0; lane < ucp_ep_num_lanes(ep); ++lane) {
-            if (lane == ucp_ep_get_cm_lane(ep)) {
+            if (!ucp_failover_probe_lane_ok(ep, lane)) {
+                /* the CM lane, or failed or still connecting: another
+                 * endpoint's lane on that rail is probed, if there is one */
                 continue;
             }
 
             rsc_index = ucp_ep_get_rsc_index(ep, lane);
-            if (!ucp_failover_probe_lane_ok(ep, lane)) {
-                /* failed or still connecting: another endpoint's lane on
-                 * that rail is probed, if there is one */
-                continue;
-            }
-
             if (ucp_failover_probe_verify(fw, rsc_index, peer->uuid)) {
                 ucp_failover_probe_lane(fw, ep, lane);
             } else if (!UCS_BITMAP_GET(seen, rsc_index)) {
@@ -217,9 +218,9 @@ static void ucp_failover_probe_peer(ucp_failover_worker_t *fw,
 
         /* every rail of the peer had its lane (a probe may have found a
          * dead one just now: its rail is verified at once) */
-        verify = (kh_size(&fw->verify_now) + kh_size(&fw->verify_rails)) != 0;
-        left   = UCP_TL_BITMAP_AND_NOT(peer->rails, seen);
-        if (!verify && UCS_BITMAP_IS_ZERO_INPLACE(&left)) {
+        left = UCP_TL_BITMAP_AND_NOT(peer->rails, seen);
+        if (!ucp_failover_probe_verifying(fw) &&
+            UCS_BITMAP_IS_ZERO_INPLACE(&left)) {
             break;
         }
     }

@@ -288,6 +288,17 @@ uint64_t ucp_failover_seq_am_ids(ucp_context_h context);
 int ucp_failover_seq_has_backlog(ucp_failover_seq_ep_t *seq_ep);
 
 
+/** Whether a live wrapper has work waiting: a backlog, or requests in its
+ *  queue (what kicks and the probe rounds move along) */
+static UCS_F_ALWAYS_INLINE int
+ucp_failover_seq_ep_waiting(ucp_failover_seq_ep_t *seq_ep)
+{
+    return (seq_ep != NULL) && !seq_ep->dead &&
+           (ucp_failover_seq_has_backlog(seq_ep) ||
+            !ucs_queue_is_empty(&seq_ep->pending));
+}
+
+
 /** Send the wrapper's backlog and run its waiting requests */
 void ucp_failover_seq_kick(ucp_failover_seq_ep_t *seq_ep);
 

@@ -140,18 +140,14 @@ int ucp_failover_seq_round(ucp_ep_h ep)
             ucp_failover_seq_send_ack(seq, st);
         }
 
-        if ((st->seq_ep != NULL) && !st->seq_ep->dead &&
-            (ucp_failover_seq_has_backlog(st->seq_ep) ||
-             !ucs_queue_is_empty(&st->seq_ep->pending))) {
+        if (ucp_failover_seq_ep_waiting(st->seq_ep)) {
             ucp_failover_seq_kick(st->seq_ep);
         }
 
         /* what is still owed keeps the endpoint in the rounds: a request
          * the lane did not take, a backlog the transport holds up */
         owed |= st->resend_owed || ucp_failover_seq_ack_owed(st) ||
-                ((st->seq_ep != NULL) && !st->seq_ep->dead &&
-                 (ucp_failover_seq_has_backlog(st->seq_ep) ||
-                  !ucs_queue_is_empty(&st->seq_ep->pending)));
+                ucp_failover_seq_ep_waiting(st->seq_ep);
     }
 
     return owed;
@@ -327,12 +323,6 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
     }
 
     *seq_p = seq;
-    if (!(hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY)) {
-        /* a message owes an acknowledgement: the next probe round sends it
-         * if no message of ours carries it before */
-        ucp_failover_round_want(ucp_failover_ep(ep));
-    }
-
     if (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) {
         ucp_failover_seq_release(seq, st, hdr.ack);
         if (ucs_unlikely(hdr.flags & UCP_FAILOVER_SEQ_FLAG_RESEND)) {
@@ -340,6 +330,10 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
         }
         return UCS_OK;
     }
+
+    /* a message owes an acknowledgement: the next probe round sends it if
+     * no message of ours carries it before */
+    ucp_failover_round_want(ucp_failover_ep(ep));
 
     /* a message of any stream acknowledges stream 0 */
     ucp_failover_seq_release(seq, &seq->main, hdr.ack);

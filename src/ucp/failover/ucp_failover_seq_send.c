@@ -601,8 +601,7 @@ static ucs_status_t ucp_failover_seq_kick_from(ucp_failover_seq_ep_t *seq_ep,
     }
 
 out:
-    if (!seq_ep->dead && (ucp_failover_seq_has_backlog(seq_ep) ||
-                          !ucs_queue_is_empty(&seq_ep->pending))) {
+    if (ucp_failover_seq_ep_waiting(seq_ep)) {
         /* what the transport holds up: the probe rounds move it along too */
         ucp_failover_round_want(ucp_failover_ep(seq_ep->seq->ep));
     }
