@@ -23,9 +23,10 @@ build_pkgs="build-essential dpkg-dev pkg-config autoconf automake libtool
             libnl-3-dev libnl-route-3-dev debhelper libfuse3-dev"
 run_pkgs="iproute2 iputils-ping nftables procps psmisc libucx0 ucx-utils openmpi-bin
           libopenmpi-dev mpich libmpich-dev gnuplot-nox fuse3"
-# the soft-RoCE bed (test/roce/vm.sh): QEMU guests with Debian's kernel
+# the soft-RoCE bed (test/roce/vm.sh): QEMU guests with Debian's kernel;
+# dwarves' pahole reads rxe's types for test/roce/rxe_qp_state.sh
 roce_pkgs="qemu-system-x86 busybox-static ibverbs-utils ibverbs-providers kmod
-           cpio socat"
+           cpio socat dwarves"
 run_pkgs="$run_pkgs $roce_pkgs"
 
 install_deps() {

@@ -204,7 +204,7 @@ mr_expect_quiet_reprobes() {
 # error or a lane's failure or return (bounded: the first 4 and the last 14
 # of a file, files under DIR only), and the RC QPs the RoCE tests recorded
 # in the guests at a failing moment (rdma-*.txt, stall-*.txt: 16 lines a
-# file)
+# file; rxe's own QP state, stall-*-rxe.txt: 24)
 mr_log_excerpt() {
     local f n re='Assertion|assert|[Aa]bort|Fatal|Segmentation|signal|[Bb]acktrace|^RESULT|ERROR|error|failed \(|is back'
     for f in "$1"/*.out "$1"/*.err; do
@@ -225,6 +225,13 @@ mr_log_excerpt() {
         echo "  --- ${f##*/}: RC QPs, RC send state" >&2
         { grep -E "type RC|available = |unsignaled = |cq_available = " "$f" ||
           true; } | head -16 | cut -c1-200 | sed 's/^/  | /' >&2
+    done
+    # rxe's own state of the QPs (test/roce/rxe_qp_state.sh), whole lines
+    for f in "$1"/stall-*-rxe.txt; do
+        [ -s "$f" ] || continue
+        echo "  --- ${f##*/}: rxe's QP state" >&2
+        { grep -E "^rxe_|^qp=|rxe_qp_state:" "$f" || true; } | head -24 |
+            cut -c1-520 | sed 's/^/  | /' >&2
     done
 }
 

@@ -70,7 +70,8 @@
 #               the first of the two (or of their removals) was in place
 #   drop-in     the same in GUEST only: what it receives on the rail is
 #               dropped, what it sends gets through (one direction silent)
-#   tx-stall    a tbf qdisc of 8 bit/s on the rail in GUEST: what it sends
+#   tx-stall    a tbf qdisc of 8 bit/s on the rail in GUEST (32 MiB, never
+#               full: a drop there makes rxe loop): what it sends
 #               waits in the queue (as behind a stalled virtio transmit
 #               queue, seen on this bed: "NETDEV WATCHDOG"); what it
 #               receives gets through. Prints "applied T" (the guest's time)
@@ -118,6 +119,8 @@ run=$bdir/run
 lock=${ROCE_LOCK-/tmp/mrfo-heavy.lock}
 lock_wait=${ROCE_LOCK_WAIT:-3600}
 port_base=${ROCE_PORT_BASE:-47310}
+# what a tx-stall or tx-hold queue may hold (bytes): never full in a test
+txhold_limit=33554432
 mem=${ROCE_MEM:-1536}
 ttl=${ROCE_TTL:-7200}
 boot_timeout=${ROCE_BOOT_TIMEOUT:-180}
@@ -706,19 +709,26 @@ fault_cmd() {
             rm -f "$run/drop.a" "$run/drop.b" ;;
         fault/tx-stall|fault/tx-hold)
             # a queue that sends (next to) nothing: a tbf of 8 bit/s holds
-            # the rail's packets, as a NIC whose transmit queue stalled
-            vm_exec "$g" "tc qdisc add dev $dev root tbf rate 8bit burst 1600 limit 100000 &&
+            # the rail's packets, as a NIC whose transmit queue stalled.
+            # It must never drop: Linux 6.1's rxe sends a packet its own
+            # host dropped again at once, in a loop (a 100 kB limit made
+            # guest a's console say "soft lockup - CPU#0 stuck for 23s" and
+            # the checker stop for 37 s while 3.3 million packets were
+            # dropped). A full stall holds a few MB: each QP's requester
+            # stops at 64 packets not freed, its responder does not
+            vm_exec "$g" "tc qdisc add dev $dev root tbf rate 8bit burst 1600 limit $txhold_limit &&
 echo \"applied \$EPOCHREALTIME\"" ;;
         restore/tx-stall)
             vm_exec "$g" "tc qdisc del dev $dev root" ;;
         restore/tx-hold)
-            # release the held packets, wait (bounded: 10 s) until the
+            # release the held packets, wait (bounded: 30 s) until the
             # queue is empty, then remove the qdisc
-            vm_exec "$g" "tc qdisc change dev $dev root tbf rate 100mbit burst 100000 limit 100000 &&
+            vm_exec "$g" "tc qdisc change dev $dev root tbf rate 100mbit burst 100000 limit $txhold_limit &&
 echo \"applied \$EPOCHREALTIME\" &&
-for i in \$(seq 100); do
-    tc -s qdisc show dev $dev | grep -q 'backlog 0b 0p' && break
-    sleep 0.1
+end=\$((SECONDS + 30))
+while [ \$SECONDS -lt \$end ]; do
+    case \"\$(tc -s qdisc show dev $dev)\" in *'backlog 0b 0p'*) break ;; esac
+    sleep 0.2
 done
 tc -s qdisc show dev $dev | sed -n 's/^ *\\(Sent .*\\)/released: \\1/p'
 tc qdisc del dev $dev root" ;;
