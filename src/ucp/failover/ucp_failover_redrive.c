@@ -559,22 +559,88 @@ static int ucp_failover_rma_is_basic(const ucp_request_t *req)
            (req->send.uct.func == rma->progress_get);
 }
 
-/* A zero-copy RMA buffer registered for another memory domain than the one
- * of the request's lane is registered for that lane's (the basic protocol
- * posts the first memory handle, whatever the lane) */
+static void ucp_failover_put_held_completion(uct_completion_t *self);
+
+/* The completion of a request that a move registered for zero-copy: as
+ * UCP's zero-copy RMA completion (it deregisters the buffer), for a request
+ * started without a registration, whose completion would not */
+static void ucp_failover_rma_moved_completion(uct_completion_t *self)
+{
+    ucp_request_t *req = ucs_container_of(self, ucp_request_t,
+                                          send.state.uct_comp);
+
+    if (req->send.length != req->send.state.dt.offset) {
+        return;
+    }
+
+    if ((self->status != UCS_OK) && ucp_failover_rma_restart(req)) {
+        return; /* sent again: still the request's */
+    }
+
+    ucp_send_request_id_release(req);
+    ucp_request_send_buffer_dereg(req);
+    ucp_request_complete_send(req, self->status);
+}
+
+/* Whether the basic protocol sends what is left of @a req on its lane with
+ * zero copy, which posts the buffer's first memory handle */
+static int ucp_failover_rma_is_zcopy(ucp_request_t *req)
+{
+    ucp_ep_h ep                    = req->send.ep;
+    const ucp_ep_rma_config_t *cfg = &ucp_ep_config(ep)->rma[req->send.lane];
+    size_t thresh;
+
+    if (!(ucp_ep_md_attr(ep, req->send.lane)->cap.flags &
+          UCT_MD_FLAG_NEED_MEMH)) {
+        return 0;
+    }
+
+    thresh = (req->send.uct.func ==
+              UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put) ?
+             cfg->put_zcopy_thresh : cfg->get_zcopy_thresh;
+    return req->send.length >= thresh;
+}
+
+/*
+ * An RMA request that moves to a lane (a failover, a lane back, its rkey
+ * resolved again) takes a registration of its buffer for that lane's memory
+ * domain when the basic protocol will send it there with zero copy: the
+ * protocol posts the first memory handle, whatever the lane. A buffer
+ * registered for another domain is registered again; a request that had
+ * none (it started on the software protocol, or below the zero-copy
+ * threshold of its first lane) gets one, and a completion that releases it.
+ * Without this, the request posted the failed device's key, or a stale
+ * handle left in the request by its previous use ("local protection error"
+ * on RC, or on soft-RoCE a send queue that stops).
+ */
 static ucs_status_t ucp_failover_rma_buffer_move(ucp_request_t *req)
 {
-    ucp_ep_h ep = req->send.ep;
+    ucp_ep_h ep            = req->send.ep;
+    ucp_md_map_t md_map    = req->send.state.dt.dt.contig.md_map;
+    ucp_md_map_t lane_bit;
+    ucs_status_t status;
 
-    if (!ucp_failover_rma_is_basic(req) ||
-        (req->send.state.dt.dt.contig.md_map == 0) ||
-        (req->send.state.dt.dt.contig.md_map &
-         UCS_BIT(ucp_ep_md_index(ep, req->send.lane)))) {
+    if (!ucp_failover_rma_is_basic(req) || !ucp_failover_rma_is_zcopy(req)) {
         return UCS_OK;
     }
 
-    ucp_request_send_buffer_dereg(req);
-    return ucp_request_send_buffer_reg_lane(req, req->send.lane, 0);
+    lane_bit = UCS_BIT(ucp_ep_md_index(ep, req->send.lane));
+    if (md_map == lane_bit) {
+        return UCS_OK;
+    }
+
+    if (md_map != 0) {
+        ucp_request_send_buffer_dereg(req);
+    }
+
+    status = ucp_request_send_buffer_reg_lane(req, req->send.lane, 0);
+    if ((status == UCS_OK) && (md_map == 0) &&
+        (req->send.state.uct_comp.func != ucp_failover_put_held_completion)) {
+        /* a held put's completion releases the registration itself */
+        req->send.state.uct_comp.func = ucp_failover_rma_moved_completion;
+    }
+
+    return status;
 }
 
 /* Move an RMA or AMO request to the lane its rkey resolves to for the
@@ -632,6 +698,9 @@ static void ucp_failover_put_held_completion(uct_completion_t *self)
 
     ucp_ep_rma_remote_request_completed(ep);
     ucp_send_request_id_release(req);
+    /* a put moved to a zero-copy lane after it was held has a registration
+     * (ucp_failover_rma_buffer_move) */
+    ucp_request_send_buffer_dereg(req);
     ucp_request_complete_send(req, self->status);
 }
 
