@@ -709,10 +709,11 @@ mr_roce_all() {
     mr_roce_run roce_drop_r0_amlane_busy t_roce_drop drop b 0 busy
     # late packets of a failed lane's QPs, released after the failover
     mr_roce_run roce_tx_hold_r1_busy_a t_roce_tx_hold a 1 busy
-    # one rail's wire after the other unplugged and plugged back, 8 times
-    # (MR_FLAPS_CYCLES: more, for a developer's longer run): the failed
-    # lanes' QPs do not pile up (patch 0058)
-    mr_roce_run roce_flaps_qps_a t_roce_flaps a "${MR_FLAPS_CYCLES:-8}" 6
+    # one rail's wire after the other unplugged and plugged back, 20 times
+    # (MR_FLAPS_CYCLES: more, for a developer's longer run; a moved RMA
+    # request's stale memory handle, session 28, stopped a lane within 3 to
+    # 25 flaps): the failed lanes' QPs do not pile up (patch 0058)
+    mr_roce_run roce_flaps_qps_a t_roce_flaps a "${MR_FLAPS_CYCLES:-20}" 6
     # a rail that stops sending in one guest, under Debian's ucx_perftest
     mr_roce_run roce_tx_stall_perftest_b t_roce_tx_stall_perftest
     # ud_verbs rails (UD lanes: UCT's own reliability over datagrams) with

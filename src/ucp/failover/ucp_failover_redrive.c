@@ -698,9 +698,12 @@ static void ucp_failover_put_held_completion(uct_completion_t *self)
 
     ucp_ep_rma_remote_request_completed(ep);
     ucp_send_request_id_release(req);
-    /* a put moved to a zero-copy lane after it was held has a registration
-     * (ucp_failover_rma_buffer_move) */
-    ucp_request_send_buffer_dereg(req);
+    if (ucs_unlikely(req->send.state.dt.dt.contig.md_map != 0)) {
+        /* moved to a zero-copy lane after it was held: registered there
+         * (ucp_failover_rma_buffer_move) */
+        ucp_request_send_buffer_dereg(req);
+    }
+
     ucp_request_complete_send(req, self->status);
 }
 
