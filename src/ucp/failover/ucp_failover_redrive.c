@@ -582,58 +582,56 @@ static void ucp_failover_rma_moved_completion(uct_completion_t *self)
     ucp_request_complete_send(req, self->status);
 }
 
-/* Whether the basic protocol sends what is left of @a req on its lane with
- * zero copy, which posts the buffer's first memory handle */
+/* Whether the basic protocol sends (the first fragment of) what is left of
+ * @a req on its lane with zero copy, which needs a memory handle of the
+ * lane's domain (the conditions of ucp_rma_basic_progress_put/get) */
 static int ucp_failover_rma_is_zcopy(ucp_request_t *req)
 {
     ucp_ep_h ep                    = req->send.ep;
     const ucp_ep_rma_config_t *cfg = &ucp_ep_config(ep)->rma[req->send.lane];
-    size_t thresh;
+    size_t length                  = req->send.length;
 
     if (!(ucp_ep_md_attr(ep, req->send.lane)->cap.flags &
           UCT_MD_FLAG_NEED_MEMH)) {
         return 0;
     }
 
-    thresh = (req->send.uct.func ==
-              UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put) ?
-             cfg->put_zcopy_thresh : cfg->get_zcopy_thresh;
-    return req->send.length >= thresh;
+    if (req->send.uct.func ==
+        UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put) {
+        return ((ssize_t)length > cfg->max_put_short) &&
+               (length > ucp_ep_config(ep)->bcopy_thresh) &&
+               (length >= cfg->put_zcopy_thresh);
+    }
+
+    return (ssize_t)length >= cfg->get_zcopy_thresh;
 }
 
 /*
  * An RMA request that moves to a lane (a failover, a lane back, its rkey
  * resolved again) takes a registration of its buffer for that lane's memory
- * domain when the basic protocol will send it there with zero copy: the
- * protocol posts the first memory handle, whatever the lane. A buffer
- * registered for another domain is registered again; a request that had
- * none (it started on the software protocol, or below the zero-copy
- * threshold of its first lane) gets one, and a completion that releases it.
- * Without this, the request posted the failed device's key, or a stale
- * handle left in the request by its previous use ("local protection error"
- * on RC, or on soft-RoCE a send queue that stops).
+ * domain when the basic protocol will send it there with zero copy (the
+ * protocol posts the handle of its lane's domain, patch 0061). What it had
+ * stays registered: a fragment posted on the old lane may still read it.
+ * A request that had no registration (it started on the software protocol,
+ * or below the zero-copy threshold of its first lane) gets one, and a
+ * completion that releases it. Without this, the request posted the failed
+ * device's key, or a stale handle left in the request by its previous use
+ * ("local protection error" on RC, or on soft-RoCE a send queue that
+ * stops). The registration covers what is left of the request; a request
+ * sent again whole gives it back first (ucp_failover_rma_rewind).
  */
 static ucs_status_t ucp_failover_rma_buffer_move(ucp_request_t *req)
 {
-    ucp_ep_h ep            = req->send.ep;
-    ucp_md_map_t md_map    = req->send.state.dt.dt.contig.md_map;
-    ucp_md_map_t lane_bit;
+    ucp_md_map_t md_map = req->send.state.dt.dt.contig.md_map;
     ucs_status_t status;
 
-    if (!ucp_failover_rma_is_basic(req) || !ucp_failover_rma_is_zcopy(req)) {
+    if (!ucp_failover_rma_is_basic(req) || !ucp_failover_rma_is_zcopy(req) ||
+        (md_map & UCS_BIT(ucp_ep_md_index(req->send.ep, req->send.lane)))) {
         return UCS_OK;
     }
 
-    lane_bit = UCS_BIT(ucp_ep_md_index(ep, req->send.lane));
-    if (md_map == lane_bit) {
-        return UCS_OK;
-    }
-
-    if (md_map != 0) {
-        ucp_request_send_buffer_dereg(req);
-    }
-
-    status = ucp_request_send_buffer_reg_lane(req, req->send.lane, 0);
+    status = ucp_request_send_buffer_reg_lane_check(req, req->send.lane,
+                                                    md_map, 0);
     if ((status == UCS_OK) && (md_map == 0) &&
         (req->send.state.uct_comp.func != ucp_failover_put_held_completion)) {
         /* a held put's completion releases the registration itself */
@@ -641,6 +639,29 @@ static ucs_status_t ucp_failover_rma_buffer_move(ucp_request_t *req)
     }
 
     return status;
+}
+
+/* A progress function that is not the basic protocol's: a request given it
+ * is not offered for a restart again (ucp_failover_rma_restart) */
+static ucs_status_t ucp_failover_rma_failed_progress(uct_pending_req_t *self)
+{
+    return UCS_OK;
+}
+
+/*
+ * Complete an RMA request that cannot be sent on, with @a status, as its
+ * completion would have (the length is all posted; what is in flight
+ * completes first). It is no longer offered for a restart, which would
+ * fail the same way.
+ */
+static void ucp_failover_rma_fail(ucp_request_t *req, ucs_status_t status)
+{
+    ucs_debug("req %p: ep %p RMA request cannot be sent again: %s", req,
+              req->send.ep, ucs_status_string(status));
+    req->send.uct.func = ucp_failover_rma_failed_progress;
+    req->send.length   = 0;
+    uct_completion_update_status(&req->send.state.uct_comp, status);
+    ucp_send_request_invoke_uct_completion(req);
 }
 
 /* Move an RMA or AMO request to the lane its rkey resolves to for the
@@ -661,7 +682,9 @@ ucs_status_t ucp_failover_rkey_req_refresh(ucp_request_t *req)
 
     status = ucp_failover_rkey_req_move(req);
     if (status != UCS_OK) {
-        return status;
+        /* (an error returned from a progress function is fatal to UCP) */
+        ucp_failover_rma_fail(req, status);
+        return UCS_OK;
     }
 
     ucs_debug("req %p: ep %p configuration changed under an RMA/AMO request, "
@@ -741,11 +764,12 @@ ucs_status_t ucp_failover_rma_posted(ucp_request_t *req)
     ucp_ep_h ep = req->send.ep;
 
     /* only a basic put that waits for no transport completion: a zero-copy
-     * one (a registered buffer) or a get has its own */
+     * fragment in flight, or a get, has its own (a registered buffer is not
+     * enough: a put moved between lanes may be registered and still have
+     * gone out as bcopy) */
     if ((req->send.uct.func !=
          UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put) ||
-        (req->send.state.uct_comp.count != 0) ||
-        (req->send.state.dt.dt.contig.md_map != 0)) {
+        (req->send.state.uct_comp.count != 0)) {
         ucp_send_request_invoke_uct_completion(req);
         return UCS_OK;
     }
@@ -760,10 +784,16 @@ ucs_status_t ucp_failover_rma_posted(ucp_request_t *req)
     return ucp_failover_put_flush_progress(&req->send.uct);
 }
 
-/* Rewind a basic RMA request to send it again, whole */
+/* Rewind a basic RMA request to send it again, whole. Nothing of it is in
+ * flight: a registration of what was left of it is given back (its next
+ * move registers the whole buffer) */
 static void ucp_failover_rma_rewind(ucp_request_t *req)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(req->send.ep);
+
+    if (req->send.state.dt.dt.contig.md_map != 0) {
+        ucp_request_send_buffer_dereg(req);
+    }
 
     ++fo->num_redriven;
     fo->redriven_bytes += req->send.rma.fo_length;
@@ -786,6 +816,24 @@ static int ucp_failover_put_flush_reroute(ucp_request_t *req)
     }
 
     req->send.uct.func = UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put;
+    ucp_failover_rma_rewind(req);
+    return 1;
+}
+
+/* A put waiting on a failed lane's pending queue for its next fragment, that
+ * posted fragments there without a completion of their own (short, bcopy):
+ * they may be lost with the lane, and the put's flush after its last
+ * fragment would cover only its new lane, so it is sent again, whole. (With
+ * a zero-copy fragment in flight its error completion restarts the put.) */
+static int ucp_failover_put_partial_reroute(ucp_request_t *req)
+{
+    if ((req->send.uct.func !=
+         UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put) ||
+        (req->send.buffer == req->send.rma.fo_buffer) ||
+        (req->send.state.uct_comp.count != 0)) {
+        return 0;
+    }
+
     ucp_failover_rma_rewind(req);
     return 1;
 }
@@ -817,10 +865,7 @@ static unsigned ucp_failover_rma_restart_progress(void *arg)
     return 1;
 
 err:
-    /* as the completion would have: the length is all posted */
-    req->send.length                = 0;
-    req->send.state.uct_comp.status = status;
-    req->send.state.uct_comp.func(&req->send.state.uct_comp);
+    ucp_failover_rma_fail(req, status);
     return 1;
 }
 
@@ -897,7 +942,8 @@ void ucp_failover_reroute(ucp_request_t *req)
     int resent;
 
     req->send.pending_lane = UCP_NULL_LANE;
-    resent                 = ucp_failover_put_flush_reroute(req);
+    resent                 = ucp_failover_put_flush_reroute(req) ||
+                             ucp_failover_put_partial_reroute(req);
     if (ucp_failover_reroute_rkey_req(req)) {
         /* its rkey now resolves for the current configuration, so its
          * progress does not refresh it: its zero-copy buffer moves here
