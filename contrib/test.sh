@@ -7,7 +7,8 @@
 # Environment:
 #   MRFO_SKIP_BUILD=1   do not run contrib/build.sh first
 #   MR_FILTER=GLOB      run only the tests whose name matches (bash glob;
-#                       gtest groups are named gtest_<group>)
+#                       gtest groups are named gtest_<group>); a filter
+#                       that matches no test is an error (exit 2)
 #   MRFO_RESULTS=DIR    where logs go (default: build/test-results)
 #   MR_SOAK_SECONDS=N   length of the short random-fault soak (default 60;
 #                       contrib/soak.sh runs a long one)
@@ -81,5 +82,13 @@ if [ ${#mr_failures[@]} -gt 0 ]; then
     echo "failed: ${mr_failures[*]}" >&2
 fi
 mr_account_aborted
+if [ -n "${MR_FILTER:-}" ] &&
+   [ $((mr_passed + mr_failed + mr_skipped)) = 0 ]; then
+    # a typo in the filter must not look like a passing run
+    echo "error: no test's name matches MR_FILTER='$MR_FILTER' (a bash" \
+         "glob; gtest groups are named gtest_<group>)" >&2
+    echo "$mr_passed passed, $mr_failed failed, $mr_skipped skipped"
+    exit 2
+fi
 echo "$mr_passed passed, $mr_failed failed, $mr_skipped skipped"
 [ "$mr_failed" = 0 ]
