@@ -390,50 +390,12 @@ ucp_failover_seq_entry_free(ucp_failover_seq_entry_t *entry)
 }
 
 
-/* Release the messages of @a st up to @a ack, newer than tx_acked (inline:
- * the receiver's fast path runs it for every acknowledgement) */
-static UCS_F_ALWAYS_INLINE void
-ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
-                              ucp_failover_seq_stream_t *st, uint32_t ack)
-{
-    ucp_failover_seq_entry_t *entry;
-
-    st->tx_acked  = ack;
-    st->ack_asked = 0;
-    while (!ucs_queue_is_empty(&st->retained)) {
-        entry = ucs_queue_head_elem_non_empty(&st->retained,
-                                              ucp_failover_seq_entry_t, queue);
-        if ((int32_t)(ack - entry->sn) < 0) {
-            break;
-        }
-
-        if (ucs_unlikely(entry == st->unsent)) {
-            /* waiting to be sent again after a failover, but the peer has it
-             * (sent on the old lane): no need to */
-            st->unsent = ucp_failover_seq_next(st, entry);
-        }
-
-        ucs_queue_pull_non_empty(&st->retained);
-        if (ucs_unlikely(entry->held != 0)) {
-            st->retained_bytes  -= entry->held;
-            seq->retained_bytes -= entry->held;
-            ucp_failover_seq_held_changed(seq);
-        }
-
-        if (ucs_likely(entry->comp.count == 0)) {
-            ucp_failover_seq_entry_free(entry);
-        } else {
-            entry->seq = NULL; /* its completion frees it */
-            if (entry->chunk != NULL) {
-                ucp_failover_seq_chunk_detach(entry->chunk);
-            }
-        }
-    }
-
-    if (ucs_unlikely(seq->window_full)) {
-        ucp_failover_seq_window_check(seq);
-    }
-}
+/** Release the messages of @a st up to @a ack, newer than tx_acked (any
+ *  number of them, of any kind: the general case of
+ *  ucp_failover_seq_release()) */
+void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
+                                   ucp_failover_seq_stream_t *st,
+                                   uint32_t ack);
 
 
 /*
@@ -442,14 +404,40 @@ ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
  * covers was released then (the peer never acknowledges past tx_next - 1),
  * and the window stays as it is (window_full implies retained_bytes >=
  * retain, which only a release lowers).
+ *
+ * Inline here, on the receiver's fast path, is only the acknowledgement of
+ * a ping-pong: one message more, the oldest retained, a place in a chunk
+ * with no zero-copy send reading it, not waiting to be sent again, and no
+ * wrapper waiting for room (a chunk's bytes are counted by the chunk, so
+ * nothing else changes). Anything else is ucp_failover_seq_release_upto(),
+ * out of line, which keeps the fast path's registers free.
  */
 static UCS_F_ALWAYS_INLINE void
 ucp_failover_seq_release(ucp_failover_seq_t *seq,
                          ucp_failover_seq_stream_t *st, uint32_t ack)
 {
-    if ((int32_t)(ack - st->tx_acked) > 0) {
-        ucp_failover_seq_release_upto(seq, st, ack);
+    ucp_failover_seq_entry_t *entry;
+
+    if ((int32_t)(ack - st->tx_acked) <= 0) {
+        return;
     }
+
+    if (ucs_likely((ack == (st->tx_acked + 1)) &&
+                   !ucs_queue_is_empty(&st->retained))) {
+        entry = ucs_queue_head_elem_non_empty(&st->retained,
+                                              ucp_failover_seq_entry_t, queue);
+        if (ucs_likely((entry->sn == ack) && (entry->chunk != NULL) &&
+                       (entry->comp.count == 0) && (entry != st->unsent) &&
+                       !seq->window_full)) {
+            st->tx_acked  = ack;
+            st->ack_asked = 0;
+            ucs_queue_pull_non_empty(&st->retained);
+            ucp_failover_seq_entry_free(entry);
+            return;
+        }
+    }
+
+    ucp_failover_seq_release_upto(seq, st, ack);
 }
 
 

@@ -285,6 +285,52 @@ ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq,
     return entry;
 }
 
+/* The general case of ucp_failover_seq_release(): several messages, or one
+ * a zero-copy send reads, with a buffer of its own, waiting to be sent
+ * again, or a window to check */
+void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
+                                   ucp_failover_seq_stream_t *st,
+                                   uint32_t ack)
+{
+    ucp_failover_seq_entry_t *entry;
+
+    st->tx_acked  = ack;
+    st->ack_asked = 0;
+    while (!ucs_queue_is_empty(&st->retained)) {
+        entry = ucs_queue_head_elem_non_empty(&st->retained,
+                                              ucp_failover_seq_entry_t, queue);
+        if ((int32_t)(ack - entry->sn) < 0) {
+            break;
+        }
+
+        if (ucs_unlikely(entry == st->unsent)) {
+            /* waiting to be sent again after a failover, but the peer has it
+             * (sent on the old lane): no need to */
+            st->unsent = ucp_failover_seq_next(st, entry);
+        }
+
+        ucs_queue_pull_non_empty(&st->retained);
+        if (ucs_unlikely(entry->held != 0)) {
+            st->retained_bytes  -= entry->held;
+            seq->retained_bytes -= entry->held;
+            ucp_failover_seq_held_changed(seq);
+        }
+
+        if (ucs_likely(entry->comp.count == 0)) {
+            ucp_failover_seq_entry_free(entry);
+        } else {
+            entry->seq = NULL; /* its completion frees it */
+            if (entry->chunk != NULL) {
+                ucp_failover_seq_chunk_detach(entry->chunk);
+            }
+        }
+    }
+
+    if (ucs_unlikely(seq->window_full)) {
+        ucp_failover_seq_window_check(seq);
+    }
+}
+
 /* Wrappers that wait for room in the retention move on if there is some */
 void ucp_failover_seq_window_check(ucp_failover_seq_t *seq)
 {
