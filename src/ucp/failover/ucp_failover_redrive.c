@@ -630,8 +630,8 @@ static ucs_status_t ucp_failover_rma_buffer_move(ucp_request_t *req)
         return UCS_OK;
     }
 
-    status = ucp_request_send_buffer_reg_lane_check(req, req->send.lane,
-                                                    md_map, 0);
+    /* UCP's own "add a lane to the registration" (keeps md_map) */
+    status = ucp_send_request_add_reg_lane(req, req->send.lane);
     if ((status == UCS_OK) && (md_map == 0) &&
         (req->send.state.uct_comp.func != ucp_failover_put_held_completion)) {
         /* a held put's completion releases the registration itself */
