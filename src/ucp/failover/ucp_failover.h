@@ -294,10 +294,12 @@ int ucp_failover_rma_restart(ucp_request_t *req);
 
 /**
  * RMA hook: @a req posted its last fragment on an endpoint that negotiated
- * failover. A basic short or bcopy put (which would complete now, before
- * the peer has it) completes instead when its lane has acknowledged it, and
- * counts in the endpoint's flush state until then; a lane failure before
- * that sends it again. Any other request completes as without failover.
+ * failover. A basic put whose last fragment went out short or bcopy (which
+ * would complete now, or with the zero-copy fragments before it, before
+ * the peer has the tail) completes instead when its lane has acknowledged
+ * it, and counts in the endpoint's flush state until then; a lane failure
+ * before that sends it again. Any other request completes as without
+ * failover.
  *
  * @return what the request's progress function returns.
  */

@@ -582,14 +582,25 @@ static void ucp_failover_rma_moved_completion(uct_completion_t *self)
     ucp_request_complete_send(req, self->status);
 }
 
+/* Whether the basic protocol puts @a length bytes on @a lane with zero
+ * copy (the conditions of ucp_rma_basic_progress_put) */
+static int ucp_failover_rma_put_is_zcopy(ucp_ep_h ep, ucp_lane_index_t lane,
+                                         size_t length)
+{
+    const ucp_ep_rma_config_t *cfg = &ucp_ep_config(ep)->rma[lane];
+
+    return ((ssize_t)length > cfg->max_put_short) &&
+           (length > ucp_ep_config(ep)->bcopy_thresh) &&
+           (length >= cfg->put_zcopy_thresh);
+}
+
 /* Whether the basic protocol sends (the first fragment of) what is left of
  * @a req on its lane with zero copy, which needs a memory handle of the
  * lane's domain (the conditions of ucp_rma_basic_progress_put/get) */
 static int ucp_failover_rma_is_zcopy(ucp_request_t *req)
 {
-    ucp_ep_h ep                    = req->send.ep;
-    const ucp_ep_rma_config_t *cfg = &ucp_ep_config(ep)->rma[req->send.lane];
-    size_t length                  = req->send.length;
+    ucp_ep_h ep   = req->send.ep;
+    size_t length = req->send.length;
 
     if (!(ucp_ep_md_attr(ep, req->send.lane)->cap.flags &
           UCT_MD_FLAG_NEED_MEMH)) {
@@ -598,12 +609,11 @@ static int ucp_failover_rma_is_zcopy(ucp_request_t *req)
 
     if (req->send.uct.func ==
         UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put) {
-        return ((ssize_t)length > cfg->max_put_short) &&
-               (length > ucp_ep_config(ep)->bcopy_thresh) &&
-               (length >= cfg->put_zcopy_thresh);
+        return ucp_failover_rma_put_is_zcopy(ep, req->send.lane, length);
     }
 
-    return (ssize_t)length >= cfg->get_zcopy_thresh;
+    return (ssize_t)length >=
+           ucp_ep_config(ep)->rma[req->send.lane].get_zcopy_thresh;
 }
 
 /*
@@ -759,17 +769,31 @@ static ucs_status_t ucp_failover_put_flush_progress(uct_pending_req_t *self)
     return UCS_OK;
 }
 
+/* The length of the last fragment of a basic put posted whole: the
+ * protocol does not move the buffer past it */
+static size_t ucp_failover_rma_last_length(ucp_request_t *req)
+{
+    return req->send.rma.fo_length -
+           UCS_PTR_BYTE_DIFF(req->send.rma.fo_buffer, req->send.buffer);
+}
+
 ucs_status_t ucp_failover_rma_posted(ucp_request_t *req)
 {
     ucp_ep_h ep = req->send.ep;
 
-    /* only a basic put that waits for no transport completion: a zero-copy
-     * fragment in flight, or a get, has its own (a registered buffer is not
-     * enough: a put moved between lanes may be registered and still have
-     * gone out as bcopy) */
+    /* only a basic put whose last fragment has no transport completion of
+     * its own: a get, or a put that ended with a zero-copy fragment in
+     * flight, completes with it (RC completes in order, TCP acknowledges a
+     * zero-copy put). A put larger than the lane's zero-copy size whose tail
+     * went out as short or bcopy behind its zero-copy fragments is held as
+     * well: the fragments' completions do not cover the tail. (Whether the
+     * buffer is registered says nothing: a put moved between lanes may be
+     * registered and still have gone out as bcopy.) */
     if ((req->send.uct.func !=
          UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO)->progress_put) ||
-        (req->send.state.uct_comp.count != 0)) {
+        ((req->send.state.uct_comp.count != 0) &&
+         ucp_failover_rma_put_is_zcopy(ep, req->send.lane,
+                                       ucp_failover_rma_last_length(req)))) {
         ucp_send_request_invoke_uct_completion(req);
         return UCS_OK;
     }

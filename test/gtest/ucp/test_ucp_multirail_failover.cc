@@ -2371,6 +2371,58 @@ protected:
         puts_landed(reqs, sbufs, size);
     }
 
+    /* a put larger than its lane's zero-copy size, whose tail goes out as
+     * short or bcopy behind its zero-copy fragments: the fragments'
+     * completions do not cover the tail, so on RDMA lanes each such put is
+     * held (it counts in the endpoint's flush state: one remote operation,
+     * patch 0051) until its lane acknowledged it; then the lane fails under
+     * more of them, and after a flush every put is there */
+    void rma_put_zcopy_tail(size_t max_zcopy, size_t tail, int count)
+    {
+        size_t size                = max_zcopy + tail;
+        std::vector<std::vector<char> > sbufs(count);
+        ucp_request_param_t sparam = counting_param();
+        ucp_ep_h ep                = sender().ep();
+        ucp_ep_config_t *config    = ucp_ep_config(ep);
+        bool rdma                  = strcmp(ucp_ep_get_tl_rsc(ep,
+                                                ucp_ep_get_am_lane(ep))->tl_name,
+                                            "tcp");
+        std::vector<void*> reqs;
+        uint32_t held;
+
+        map_region(size * count);
+        sparam.cb.send = send_done;
+        /* (the configuration is the worker's: a failover gives the
+         * endpoint another one, with the transport's size) */
+        for (ucp_lane_index_t lane = 0; lane < config->key.num_lanes;
+             ++lane) {
+            config->rma[lane].max_put_zcopy =
+                    ucs_min(config->rma[lane].max_put_zcopy, max_zcopy);
+        }
+
+        held = ucp_ep_flush_state(ep)->cmpl_sn;
+        for (int i = 0; i < count / 2; ++i) {
+            fill(sbufs[i], size, i + 1);
+            reqs.push_back(ucp_put_nbx(ep, sbufs[i].data(), size,
+                                       remote(i * size), m_rkey, &sparam));
+        }
+        ASSERT_UCS_OK(requests_wait(reqs));
+        held = ucp_ep_flush_state(ep)->cmpl_sn - held;
+        if (rdma) {
+            EXPECT_EQ((uint32_t)(count / 2), held)
+                    << "puts with a tail behind zero-copy fragments held";
+        }
+
+        for (int i = count / 2; i < count; ++i) {
+            fill(sbufs[i], size, i + 1);
+            reqs.push_back(ucp_put_nbx(ep, sbufs[i].data(), size,
+                                       remote(i * size), m_rkey, &sparam));
+        }
+        fail_mid_traffic(0); /* at once: the later puts in flight */
+        reqs.push_back(ucp_ep_flush_nbx(ep, &sparam));
+        puts_landed(reqs, sbufs, size);
+    }
+
     void rma_get(size_t size, int count)
     {
         std::vector<std::vector<char> > rbufs(count);
@@ -2499,6 +2551,12 @@ UCS_TEST_P(test_ucp_multirail_traffic, rma_put_short)
 UCS_TEST_P(test_ucp_multirail_traffic, rma_put_bcopy)
 {
     rma_put_small(4000, 16);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, rma_put_zcopy_tail,
+           "ZCOPY_THRESH=16k")
+{
+    rma_put_zcopy_tail(64 * UCS_KBYTE, 100, 16);
 }
 
 UCS_TEST_P(test_ucp_multirail_traffic, rma_get)
