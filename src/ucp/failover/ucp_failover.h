@@ -293,6 +293,17 @@ int ucp_failover_rma_restart(ucp_request_t *req);
 
 
 /**
+ * RMA hook: a basic put or get goes on with zero copy on its lane, whose
+ * memory domain its buffer has no handle for (failover changed the
+ * endpoint's configuration under it): register what is left of the buffer
+ * for that domain. If that fails, the request completes with the error.
+ *
+ * @return UCS_OK: the fragment can be posted; else the request completed.
+ */
+ucs_status_t ucp_failover_rma_zcopy_reg(ucp_request_t *req);
+
+
+/**
  * RMA hook: @a req posted its last fragment on an endpoint that negotiated
  * failover. A basic put whose last fragment went out short or bcopy (which
  * would complete now, or with the zero-copy fragments before it, before

@@ -52,8 +52,10 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
 void ucp_failover_replay(ucp_ep_h ep, ucs_queue_head_t *replay_q);
 
 
-/** Make a purged pending request follow the endpoint's new configuration */
-void ucp_failover_reroute(ucp_request_t *req);
+/** Make a purged pending request follow the endpoint's new configuration;
+ *  returns 0 if it is not to be queued again (its completion sends it
+ *  again) */
+int ucp_failover_reroute(ucp_request_t *req);
 
 
 /** Take the roles of the @a failed lanes out of a configuration key */

@@ -681,8 +681,9 @@ void ucp_failover_replay(ucp_ep_h ep, ucs_queue_head_t *replay_q)
     ucs_queue_head_init(&queue);
     ucs_queue_for_each_extract(uct_req, replay_q, priv, 1) {
         req = ucs_container_of(uct_req, ucp_request_t, send.uct);
-        ucp_failover_reroute(req);
-        ucs_queue_push(&queue, (ucs_queue_elem_t*)uct_req->priv);
+        if (ucp_failover_reroute(req)) {
+            ucs_queue_push(&queue, (ucs_queue_elem_t*)uct_req->priv);
+        }
     }
 
     ucp_wireup_replay_pending_requests(ep, &queue);

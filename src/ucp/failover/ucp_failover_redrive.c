@@ -674,6 +674,24 @@ static void ucp_failover_rma_fail(ucp_request_t *req, ucs_status_t status)
     ucp_send_request_invoke_uct_completion(req);
 }
 
+ucs_status_t ucp_failover_rma_zcopy_reg(ucp_request_t *req)
+{
+    ucs_status_t status;
+
+    /* a request waiting on a lane that stays, whose rkey another request
+     * resolved again for the new configuration (its progress does not see
+     * the change), or one whose move could not register */
+    status = ucp_failover_rma_buffer_move(req);
+    if (status != UCS_OK) {
+        ucp_failover_rma_fail(req, status);
+        return status;
+    }
+
+    ucs_debug("req %p: ep %p RMA request registered for lane[%d]", req,
+              req->send.ep, req->send.lane);
+    return UCS_OK;
+}
+
 /* Move an RMA or AMO request to the lane its rkey resolves to for the
  * endpoint's current configuration, its zero-copy buffer with it */
 static ucs_status_t ucp_failover_rkey_req_move(ucp_request_t *req)
@@ -832,10 +850,13 @@ static void ucp_failover_rma_rewind(ucp_request_t *req)
 }
 
 /* A held put waiting on a failed lane's pending queue to flush it: what it
- * posted there is lost with the lane, so it is sent again, whole */
+ * posted there is lost with the lane, so it is sent again, whole. (One with
+ * zero-copy fragments in flight waits for them instead, on a failed lane:
+ * ucp_failover_rma_park; on a lane that stays, it flushes that lane) */
 static int ucp_failover_put_flush_reroute(ucp_request_t *req)
 {
-    if (req->send.uct.func != ucp_failover_put_flush_progress) {
+    if ((req->send.uct.func != ucp_failover_put_flush_progress) ||
+        (req->send.state.uct_comp.count != 0)) {
         return 0;
     }
 
@@ -960,14 +981,56 @@ static int ucp_failover_reroute_rkey_req(ucp_request_t *req)
     return 0;
 }
 
-void ucp_failover_reroute(ucp_request_t *req)
+/*
+ * A basic put or get waiting on a failed lane's pending queue with fragments
+ * of it in flight there (their completion is still to come): it posts
+ * nothing more, and is sent again whole when they complete, with an error
+ * or not (some may have landed). Moving what is left instead would leave
+ * the lost fragments to the request's completion, which restarts only a
+ * request of the basic protocol: on a configuration without an RMA lane
+ * its rkey resolves to the software protocol, and the request completed
+ * with the cancelled fragments' error. A held put waiting to flush counts
+ * as a basic put (its zero-copy fragments may still be in flight).
+ */
+static int ucp_failover_rma_park(ucp_request_t *req)
+{
+    const ucp_rma_proto_t *basic = UCP_RKEY_RMA_PROTO(UCP_RKEY_BASIC_PROTO);
+    ucp_ep_h ep                  = req->send.ep;
+
+    if ((req->send.state.uct_comp.count == 0) ||
+        (req->send.lane == UCP_NULL_LANE) ||
+        !ucp_failover_lane_is_failed(ep, req->send.lane) ||
+        !ucp_failover_can_redrive(ep)) {
+        return 0;
+    }
+
+    if (req->send.uct.func == ucp_failover_put_flush_progress) {
+        req->send.uct.func = basic->progress_put;
+    } else if (!ucp_failover_rma_is_basic(req)) {
+        return 0;
+    }
+
+    req->send.length = 0;
+    uct_completion_update_status(&req->send.state.uct_comp,
+                                 UCS_ERR_CANCELED);
+    ucs_debug("req %p: ep %p RMA request waits for %d fragment(s) in flight "
+              "on failed lane[%d], then is sent again whole", req, ep,
+              req->send.state.uct_comp.count, req->send.lane);
+    return 1;
+}
+
+int ucp_failover_reroute(ucp_request_t *req)
 {
     ucp_ep_h ep = req->send.ep;
     int resent;
 
     req->send.pending_lane = UCP_NULL_LANE;
-    resent                 = ucp_failover_put_flush_reroute(req) ||
-                             ucp_failover_put_partial_reroute(req);
+    if (ucp_failover_rma_park(req)) {
+        return 0;
+    }
+
+    resent = ucp_failover_put_flush_reroute(req) ||
+             ucp_failover_put_partial_reroute(req);
     if (ucp_failover_reroute_rkey_req(req)) {
         /* its rkey now resolves for the current configuration, so its
          * progress does not refresh it: its zero-copy buffer moves here
@@ -990,4 +1053,6 @@ void ucp_failover_reroute(ucp_request_t *req)
                   req->send.lane, ucp_ep_get_am_lane(ep));
         req->send.lane = ucp_ep_get_am_lane(ep);
     }
+
+    return 1;
 }

@@ -2450,6 +2450,50 @@ protected:
         check_survived();
     }
 
+    /* RMA of the basic protocol with copies on the lanes the endpoint
+     * starts with (their zero-copy thresholds raised: no registration),
+     * where the configuration after the failover sends with zero copy: a
+     * request moved there takes a registration for its new lane, and a
+     * completion that gives it back (ucp_failover_rma_buffer_move, session
+     * 28); without it the protocol posts no memory handle, a local
+     * protection error on RC. Reports the requests sent again (on RC, a
+     * failure injected into a healthy QP may find them all completed) */
+    void rma_moved_to_zcopy(size_t size, int count, bool put)
+    {
+        ucp_ep_config_t *config = ucp_ep_config(sender().ep());
+        ucp_failover_ep_t *fo;
+
+        /* (the configuration is the worker's: a failover gives the
+         * endpoint another one, with the usual thresholds) */
+        for (int i = 0; i < UCP_MAX_LANES; ++i) {
+            ucp_lane_index_t lane = config->key.rma_lanes[i];
+            if (lane != UCP_NULL_LANE) {
+                config->rma[lane].put_zcopy_thresh = SIZE_MAX;
+                config->rma[lane].get_zcopy_thresh = SIZE_MAX;
+            }
+        }
+
+        if (put) {
+            rma_put(size, count, false);
+        } else {
+            rma_get(size, count);
+        }
+
+        config = ucp_ep_config(sender().ep());
+        fo     = ucp_ep_ext_control(sender().ep())->failover;
+        UCS_TEST_MESSAGE << fo->num_redriven << " request(s) sent again";
+        /* (over TCP the RMA API is messages on the am lane: no RMA lanes) */
+        for (int i = 0; i < UCP_MAX_LANES; ++i) {
+            ucp_lane_index_t lane = config->key.rma_lanes[i];
+            if (lane != UCP_NULL_LANE) {
+                EXPECT_LE(put ? config->rma[lane].put_zcopy_thresh :
+                                config->rma[lane].get_zcopy_thresh, size)
+                        << "lane[" << (int)lane
+                        << "] copies after the failover";
+            }
+        }
+    }
+
     /* fetch-and-add: each executed exactly once */
     void atomics(int count)
     {
@@ -2562,6 +2606,16 @@ UCS_TEST_P(test_ucp_multirail_traffic, rma_put_zcopy_tail,
 UCS_TEST_P(test_ucp_multirail_traffic, rma_get)
 {
     rma_get(1 << 20, 16);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, rma_put_moved_to_zcopy)
+{
+    rma_moved_to_zcopy(1 << 20, 16, true);
+}
+
+UCS_TEST_P(test_ucp_multirail_traffic, rma_get_moved_to_zcopy)
+{
+    rma_moved_to_zcopy(1 << 20, 16, false);
 }
 
 UCS_TEST_P(test_ucp_multirail_traffic, atomics)
