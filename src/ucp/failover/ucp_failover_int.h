@@ -58,8 +58,11 @@ void ucp_failover_replay(ucp_ep_h ep, ucs_queue_head_t *replay_q);
 int ucp_failover_reroute(ucp_request_t *req);
 
 
-/** Take the roles of the @a failed lanes out of a configuration key */
-void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
+/** Take the roles of the @a failed lanes out of a configuration key of
+ *  @a worker (the rma role to a lane left that puts and gets, if no rma
+ *  lane is left) */
+void ucp_failover_key_remove_lanes(ucp_worker_h worker,
+                                   ucp_ep_config_key_t *key,
                                    ucp_lane_map_t failed,
                                    struct ucs_string_buffer *strb);
 

@@ -164,6 +164,40 @@ void ucp_failover_key_set_am_lane(ucp_ep_config_key_t *key,
     }
 }
 
+/*
+ * The rma lanes all failed: the RMA API would go over the software protocol
+ * (active messages on the am lane) while lanes that put and get remain. The
+ * first lane left whose interface puts and gets as UCP asks of an rma lane
+ * (short and bcopy; zero copy where it has it) takes the role: on RDMA
+ * rails, the other device's lane. A lane that comes back brings the
+ * endpoint's own selection back.
+ */
+static void ucp_failover_key_rma_survivor(ucp_worker_h worker,
+                                          ucp_ep_config_key_t *key,
+                                          ucp_lane_map_t failed,
+                                          ucs_string_buffer_t *strb)
+{
+    const uint64_t flags = UCT_IFACE_FLAG_PUT_SHORT |
+                           UCT_IFACE_FLAG_PUT_BCOPY |
+                           UCT_IFACE_FLAG_GET_BCOPY;
+    const uct_iface_attr_t *attr;
+    ucp_lane_index_t lane;
+
+    for (lane = 0; lane < key->num_lanes; ++lane) {
+        if ((failed & UCS_BIT(lane)) || (lane == key->cm_lane) ||
+            (key->lanes[lane].rsc_index == UCP_NULL_RESOURCE)) {
+            continue;
+        }
+
+        attr = ucp_worker_iface_get_attr(worker, key->lanes[lane].rsc_index);
+        if (ucs_test_all_flags(attr->cap.flags, flags)) {
+            key->rma_lanes[0] = lane;
+            ucs_string_buffer_appendf(strb, " rma:->%d", lane);
+            return;
+        }
+    }
+}
+
 void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
                                const ucp_unpacked_address_t *remote_address,
                                const unsigned *addr_indices)
@@ -184,7 +218,8 @@ void ucp_failover_ep_negotiate(ucp_ep_h ep, ucp_ep_config_key_t *key,
         if (ep->cfg_index != UCP_WORKER_CFG_INDEX_NULL) {
             ucp_failover_key_set_am_lane(key, ucp_ep_get_am_lane(ep), NULL);
         }
-        ucp_failover_key_remove_lanes(key, fo->failed_lanes, &strb);
+        ucp_failover_key_remove_lanes(ep->worker, key, fo->failed_lanes,
+                                      &strb);
         ucs_debug("ep %p: re-selected lanes without failed lanes 0x%x:%s", ep,
                   fo->failed_lanes, ucs_string_buffer_cstr(&strb));
         return;
@@ -366,10 +401,12 @@ static void ucp_failover_replace_lane(ucp_lane_index_t *lane_p,
 }
 
 /* Take the failed lanes' roles out of an endpoint configuration key */
-void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
+void ucp_failover_key_remove_lanes(ucp_worker_h worker,
+                                   ucp_ep_config_key_t *key,
                                    ucp_lane_map_t failed,
                                    ucs_string_buffer_t *strb)
 {
+    int had_rma = (key->rma_lanes[0] != UCP_NULL_LANE);
     int i, num_am_bw;
 
     ucs_assert(!(failed & UCS_BIT(key->am_lane)));
@@ -389,6 +426,9 @@ void ucp_failover_key_remove_lanes(ucp_ep_config_key_t *key,
     }
     ucp_failover_replace_lanes(key->rma_bw_lanes, failed, strb, "rma_bw");
     ucp_failover_replace_lanes(key->rma_lanes, failed, strb, "rma");
+    if (had_rma && (key->rma_lanes[0] == UCP_NULL_LANE)) {
+        ucp_failover_key_rma_survivor(worker, key, failed, strb);
+    }
     ucp_failover_replace_lanes(key->amo_lanes, failed, strb, "amo");
     ucp_failover_replace_lane(&key->wireup_msg_lane, failed, strb, "wireup");
     ucp_failover_replace_lane(&key->keepalive_lane, failed, strb, "keepalive");
@@ -588,8 +628,8 @@ ucs_status_t ucp_failover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
                                                               UCS_BIT(lane)),
                                      &moved);
     }
-    ucp_failover_key_remove_lanes(&key, fo->failed_lanes | UCS_BIT(lane),
-                                  &moved);
+    ucp_failover_key_remove_lanes(worker, &key,
+                                  fo->failed_lanes | UCS_BIT(lane), &moved);
     cfg_status = ucp_worker_get_ep_config(worker, &key, 0, &cfg_index);
     if (cfg_status != UCS_OK) {
         /* the endpoint fails as it would without failover, rather than go

@@ -614,7 +614,7 @@ static void ucp_failover_lane_up(ucp_failover_rec_lane_t *rl)
      * messages overtake those still in flight on the current one */
     key = worker->ep_config[fo->rec->orig_cfg_index].key;
     ucp_failover_key_set_am_lane(&key, ucp_ep_get_am_lane(ep), NULL);
-    ucp_failover_key_remove_lanes(&key, remaining, &moved);
+    ucp_failover_key_remove_lanes(ep->worker, &key, remaining, &moved);
     status = ucp_worker_get_ep_config(worker, &key, 0, &cfg_index);
     if (status != UCS_OK) {
         ucp_failover_attempt_abort(rl, ucs_status_string(status));

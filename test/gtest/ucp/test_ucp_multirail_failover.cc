@@ -2482,7 +2482,15 @@ protected:
         config = ucp_ep_config(sender().ep());
         fo     = ucp_ep_ext_control(sender().ep())->failover;
         UCS_TEST_MESSAGE << fo->num_redriven << " request(s) sent again";
-        /* (over TCP the RMA API is messages on the am lane: no RMA lanes) */
+        /* (over TCP the RMA API is messages on the am lane: no RMA lanes;
+         * on RDMA lanes a surviving lane takes the rma role when the rma
+         * lanes failed, so that put and get stay RDMA) */
+        if (strcmp(ucp_ep_get_tl_rsc(sender().ep(),
+                                     ucp_ep_get_am_lane(sender().ep()))
+                           ->tl_name, "tcp")) {
+            EXPECT_NE(UCP_NULL_LANE, config->key.rma_lanes[0])
+                    << "no rma lane after the failover";
+        }
         for (int i = 0; i < UCP_MAX_LANES; ++i) {
             ucp_lane_index_t lane = config->key.rma_lanes[i];
             if (lane != UCP_NULL_LANE) {
