@@ -147,6 +147,24 @@ void ucp_failover_seq_pack_hdr(void *dest, uint64_t ep_id, uint32_t sn,
                                uint8_t am_id, uint8_t stream);
 
 
+/** Tests: an acknowledgement alone of stream @a stream up to @a ack, as a
+ *  peer packs it (the whole message: a trailer) */
+void ucp_failover_seq_pack_ack(void *dest, uint64_t ep_id, uint32_t ack,
+                               uint8_t stream);
+
+
+/** Tests: of the endpoint's stream @a stream, the number of the next message
+ *  it sends, the last one acknowledged, and how many it retains (0 for a
+ *  stream it does not have) */
+void ucp_failover_seq_tx_state(ucp_ep_h ep, uint8_t stream, uint32_t *next_p,
+                               uint32_t *acked_p, size_t *retained_p);
+
+
+/** Tests: lower the transport limits the wrapper of the endpoint's am lane
+ *  sends with (trailer included): longer messages go by bcopy, zero copy */
+void ucp_failover_seq_limit(ucp_ep_h ep, size_t max_short, size_t max_bcopy);
+
+
 /** Sequencing counters of the endpoint, for ucp_ep_print_info() */
 void ucp_failover_seq_info(ucp_ep_h ep, struct ucs_string_buffer *strb);
 

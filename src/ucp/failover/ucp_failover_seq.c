@@ -659,6 +659,38 @@ void ucp_failover_seq_pack_hdr(void *dest, uint64_t ep_id, uint32_t sn,
     memcpy(dest, &hdr, sizeof(hdr));
 }
 
+void ucp_failover_seq_pack_ack(void *dest, uint64_t ep_id, uint32_t ack,
+                               uint8_t stream)
+{
+    ucp_failover_seq_hdr_t hdr = {ep_id, 0, ack, 0,
+                                  UCP_FAILOVER_SEQ_FLAG_ACK_ONLY, stream};
+
+    memcpy(dest, &hdr, sizeof(hdr));
+}
+
+void ucp_failover_seq_tx_state(ucp_ep_h ep, uint8_t stream, uint32_t *next_p,
+                               uint32_t *acked_p, size_t *retained_p)
+{
+    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+    ucp_failover_seq_stream_t *st;
+
+    st = ((seq == NULL) || (stream >= UCP_FAILOVER_SEQ_STREAMS)) ?
+         NULL : seq->streams[stream];
+    *next_p     = (st == NULL) ? 0 : st->tx_next;
+    *acked_p    = (st == NULL) ? 0 : st->tx_acked;
+    *retained_p = (st == NULL) ? 0 : ucs_queue_length(&st->retained);
+}
+
+void ucp_failover_seq_limit(ucp_ep_h ep, size_t max_short, size_t max_bcopy)
+{
+    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+
+    if ((seq != NULL) && (seq->seq_ep != NULL)) {
+        seq->seq_ep->max_short = ucs_min(seq->seq_ep->max_short, max_short);
+        seq->seq_ep->max_bcopy = ucs_min(seq->seq_ep->max_bcopy, max_bcopy);
+    }
+}
+
 uint64_t ucp_failover_seq_stream_resent(ucp_ep_h ep, uint8_t id)
 {
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;

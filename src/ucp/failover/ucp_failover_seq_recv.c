@@ -378,56 +378,149 @@ ucp_failover_seq_handler_slow(ucp_worker_h worker, void *data, size_t length,
     return status;
 }
 
+/* Deliver the usual message (ucp_failover_seq_handler_ep()), checked and
+ * its acknowledgement taken, as a tail call of its handler */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_deliver_usual(ucp_worker_h worker, ucp_failover_seq_t *seq,
+                               const ucp_failover_seq_hdr_t *hdr, void *data,
+                               size_t length, unsigned flags)
+{
+    ucp_failover_seq_stream_t *st = &seq->main;
+    size_t msg_length             = length - UCP_FAILOVER_SEQ_HDR_LEN;
+    uint8_t id                    = hdr->am_id;
+
+    if (ucs_unlikely((id >= 64) || !(seq->am_ids & UCS_BIT(id)))) {
+        /* dropped there, with a message */
+        return ucp_failover_seq_handler_slow(worker, data, length, flags);
+    }
+
+    ++st->rx_next;
+    ++st->rx_msgs;
+    st->rx_unacked_bytes += msg_length;
+    return ucp_am_handlers[id]->cb(worker, data, msg_length, flags);
+}
+
+/* ucp_failover_seq_handler_ep() of a message whose acknowledgement
+ * releases more than ucp_failover_seq_release_fast() does */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_handler_release(ucp_worker_h worker, ucp_failover_seq_t *seq,
+                                 void *data, size_t length, unsigned flags)
+{
+    const ucp_failover_seq_hdr_t *hdr =
+            UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN);
+
+    ucp_failover_seq_release_upto(seq, &seq->main, hdr->ack);
+    return ucp_failover_seq_deliver_usual(worker, seq, hdr, data, length,
+                                          flags);
+}
+
 /*
- * A sequenced message. The usual one, the next message of stream 0 of a
- * known endpoint, is delivered here; anything else takes the slow path
- * (ucp_failover_seq_rx), which handles it in full.
+ * The usual sequenced message, of endpoint @a ep: the next of its stream 0,
+ * that owes no acknowledgement alone and has no held message behind it, on
+ * an endpoint already in the probe rounds. Everything is checked before
+ * anything changes, and anything else takes the slow path, which handles the
+ * message in full; the message goes to its handler last, as a tail call, so
+ * that this path needs no frame (an acknowledgement that releases more than
+ * the stream's current chunk is released out of line first).
+ */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_handler_ep(ucp_worker_h worker, ucp_ep_h ep,
+                            const ucp_failover_seq_hdr_t *hdr, void *data,
+                            size_t length, unsigned flags)
+{
+    ucp_ep_ext_control_t *ext = ucp_ep_ext_gen(ep)->control_ext;
+    ucp_failover_seq_stream_t *st;
+    ucp_failover_seq_t *seq;
+    ucp_failover_ep_t *fo;
+
+    /* (the control extension is read without ucp_ep_ext_control()'s
+     * assertion, whose call would give the fast path a frame) */
+    if (ucs_unlikely(ext == NULL)) {
+        goto slow;
+    }
+
+    fo  = ext->failover;
+    seq = fo->seq;
+    if (ucs_unlikely((seq == NULL) || (hdr->sn != seq->main.rx_next) ||
+                     !(fo->flags & UCP_FAILOVER_EP_FLAG_ROUND))) {
+        goto slow;
+    }
+
+    st = &seq->main;
+    if (ucs_unlikely(!ucs_list_is_empty(&st->held) ||
+                     ((uint32_t)(hdr->sn - st->rx_ack_sent) >=
+                      UCP_FAILOVER_SEQ_ACK_MSGS) ||
+                     ((ssize_t)(length - UCP_FAILOVER_SEQ_HDR_LEN) >=
+                      (ssize_t)(UCP_FAILOVER_SEQ_ACK_BYTES -
+                                st->rx_unacked_bytes)))) {
+        goto slow;
+    }
+
+    if (ucs_unlikely(!ucp_failover_seq_release_fast(seq, st, hdr->ack))) {
+        return ucp_failover_seq_handler_release(worker, seq, data, length,
+                                                flags);
+    }
+
+    return ucp_failover_seq_deliver_usual(worker, seq, hdr, data, length,
+                                          flags);
+
+slow:
+    return ucp_failover_seq_handler_slow(worker, data, length, flags);
+}
+
+/* ucp_failover_seq_handler() of an endpoint id that the worker's map keeps
+ * (an endpoint with error handling) */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_handler_indirect(ucp_worker_h worker, void *data,
+                                  size_t length, unsigned flags)
+{
+    ucp_failover_seq_hdr_t hdr;
+    ucp_ep_h ep;
+
+    memcpy(&hdr, UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN),
+           sizeof(hdr));
+    if (ucp_worker_get_ep_by_id(worker, hdr.ep_id, &ep) != UCS_OK) {
+        return ucp_failover_seq_handler_slow(worker, data, length, flags);
+    }
+
+    return ucp_failover_seq_handler_ep(worker, ep, &hdr, data, length, flags);
+}
+
+/*
+ * A sequenced message. The usual one (ucp_failover_seq_handler_ep()) is
+ * delivered here; anything else takes the slow path (ucp_failover_seq_rx),
+ * which handles it in full.
  */
 static ucs_status_t
 ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
 {
     ucp_worker_h worker = arg;
-    ucp_failover_seq_hdr_t hdr;
-    ucp_failover_seq_stream_t *st;
-    ucp_failover_seq_t *seq;
-    ucp_failover_ep_t *fo;
-    ucs_status_t status;
+    const ucp_failover_seq_hdr_t *hdr;
     ucp_ep_h ep;
-    int ack_owed;
 
     if (ucs_unlikely(length < UCP_FAILOVER_SEQ_HDR_LEN)) {
         goto slow;
     }
 
-    memcpy(&hdr, UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN),
-           sizeof(hdr));
-    if (ucs_unlikely((hdr.stream != 0) ||
-                     (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_ONLY) ||
-                     (hdr.ep_id == UCS_PTR_MAP_KEY_INVALID)) ||
-        ucs_unlikely(ucp_worker_get_ep_by_id(worker, hdr.ep_id, &ep) !=
-                     UCS_OK)) {
+    /* the trailer is read in place (packed), field by field as needed:
+     * fewer registers than a copy, and the fast path needs no frame */
+    hdr = UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN);
+    if (ucs_unlikely((hdr->stream != 0) ||
+                     (hdr->flags & (UCP_FAILOVER_SEQ_FLAG_ACK_ONLY |
+                                    UCP_FAILOVER_SEQ_FLAG_ACK_REQ)) ||
+                     (hdr->ep_id == UCS_PTR_MAP_KEY_INVALID))) {
+        goto slow;
+    } else if (ucs_unlikely(ucs_ptr_map_key_indirect(hdr->ep_id))) {
+        return ucp_failover_seq_handler_indirect(worker, data, length, flags);
+    }
+
+    /* a direct id is the endpoint's address */
+    ep = (ucp_ep_h)hdr->ep_id;
+    if (ucs_unlikely(ep->worker != worker)) {
         goto slow;
     }
 
-    fo  = ucp_failover_ep(ep);
-    seq = fo->seq;
-    if (ucs_unlikely((seq == NULL) || (hdr.sn != seq->main.rx_next))) {
-        goto slow;
-    }
-
-    /* it owes an acknowledgement: the next probe round sends it if no
-     * message of ours carries it before */
-    ucp_failover_round_want(fo);
-    st = &seq->main;
-    ucp_failover_seq_release(seq, st, hdr.ack);
-    status = ucp_failover_seq_deliver_next(worker, seq, st, &hdr, data,
-                                           length - UCP_FAILOVER_SEQ_HDR_LEN,
-                                           flags, &ack_owed);
-    if (ucs_unlikely(ack_owed)) {
-        ucp_failover_seq_send_ack(seq, st);
-    }
-
-    return status;
+    return ucp_failover_seq_handler_ep(worker, ep, hdr, data, length, flags);
 
 slow:
     return ucp_failover_seq_handler_slow(worker, data, length, flags);

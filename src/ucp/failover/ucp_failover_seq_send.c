@@ -437,6 +437,13 @@ ucp_failover_seq_tl_post_large(ucp_failover_seq_ep_t *seq_ep,
         return (packed < 0) ? (ucs_status_t)packed : UCS_OK;
     }
 
+    if (ucs_unlikely((entry->chunk != NULL) && entry->chunk->current)) {
+        /* a chunk a zero-copy send reads is not its stream's current one
+         * any more: ucp_failover_seq_release_fast() empties that one */
+        entry->chunk->current   = 0;
+        entry->chunk->st->chunk = NULL;
+    }
+
     iov.buffer = entry->data;
     iov.length = entry->length;
     iov.memh   = UCT_MEM_HANDLE_NULL;
@@ -885,6 +892,19 @@ ucp_failover_seq_retain(ucp_failover_seq_ep_t *seq_ep,
     ++st->tx_msgs;
 }
 
+/* ucp_failover_seq_retain() of an entry in the stream's current chunk (whose
+ * bytes the retention counts already) */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_retain_chunk_entry(ucp_failover_seq_stream_t *st,
+                                    ucp_failover_seq_entry_t *entry,
+                                    size_t length)
+{
+    entry->sn     = st->tx_next++;
+    entry->length = length + UCP_FAILOVER_SEQ_HDR_LEN;
+    ucs_queue_push(&st->retained, &entry->queue);
+    ++st->tx_msgs;
+}
+
 /* Write the trailer of a new message, numbered @a sn, at @a dest; with the
  * current acknowledgement if @a ack_now, else with none (it is filled when
  * the message is sent, after the backlog) */
@@ -911,30 +931,36 @@ ucp_failover_seq_trailer(ucp_failover_seq_ep_t *seq_ep, uint32_t sn,
     memcpy(dest, &hdr, sizeof(hdr));
 }
 
-/* Number a filled entry, retain it and send it (or leave it to the backlog);
- * its trailer is written once, here */
-static UCS_F_ALWAYS_INLINE void
-ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
-                        ucp_failover_seq_entry_t *entry, uint8_t am_id,
-                        size_t length)
+/* A new message, numbered and retained, goes after the messages not sent
+ * yet, which the queued resume request sends when the transport has room
+ * (and fills the rest of its trailer then) */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_submit_behind(ucp_failover_seq_ep_t *seq_ep,
+                               ucp_failover_seq_entry_t *entry, uint8_t am_id,
+                               size_t length)
 {
-    ucp_failover_seq_stream_t *st = seq_ep->stream;
-    ucs_status_t status;
-
-    ucp_failover_seq_retain(seq_ep, entry, length);
-    if (ucs_unlikely(st->unsent != NULL)) {
-        /* after the messages not sent yet, which the queued resume request
-         * sends when the transport has room (and fills the rest then) */
-        ucp_failover_seq_trailer(seq_ep, entry->sn, am_id,
-                                 entry->data + length, 0);
-        if (!seq_ep->dispatching && !seq_ep->resume_queued) {
-            ucp_failover_seq_kick(seq_ep);
-        }
-        return;
+    ucp_failover_seq_trailer(seq_ep, entry->sn, am_id, entry->data + length,
+                             0);
+    if (!seq_ep->dispatching && !seq_ep->resume_queued) {
+        ucp_failover_seq_kick(seq_ep);
     }
 
-    ucp_failover_seq_trailer(seq_ep, entry->sn, am_id, entry->data + length,
-                             1);
+    return UCS_OK;
+}
+
+/* Write the trailer of a new message, numbered and retained, with the
+ * current acknowledgement and hand it to the transport; if the transport
+ * does not take it, it stays retained and goes later (out of line, so that
+ * the short message's path that ends here is without a frame) */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_post_new(ucp_failover_seq_ep_t *seq_ep,
+                          ucp_failover_seq_entry_t *entry, uint8_t am_id)
+{
+    ucs_status_t status;
+
+    ucp_failover_seq_trailer(seq_ep, entry->sn, am_id,
+                             entry->data + entry->length -
+                             UCP_FAILOVER_SEQ_HDR_LEN, 1);
     ++seq_ep->busy;
     status = ucp_failover_seq_tl_post(seq_ep, entry);
     --seq_ep->busy;
@@ -942,6 +968,24 @@ ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
         /* (dead: the endpoint failed in the send) */
         ucp_failover_seq_submit_unsent(seq_ep, entry, status);
     }
+
+    return UCS_OK;
+}
+
+/* Number a filled entry, retain it and send it (or leave it to the backlog);
+ * its trailer is written once, here. Returns UCS_OK: the message is the
+ * wrapper's now. */
+static UCS_F_ALWAYS_INLINE ucs_status_t
+ucp_failover_seq_submit(ucp_failover_seq_ep_t *seq_ep,
+                        ucp_failover_seq_entry_t *entry, uint8_t am_id,
+                        size_t length)
+{
+    ucp_failover_seq_retain(seq_ep, entry, length);
+    if (ucs_unlikely(seq_ep->stream->unsent != NULL)) {
+        return ucp_failover_seq_submit_behind(seq_ep, entry, am_id, length);
+    }
+
+    return ucp_failover_seq_post_new(seq_ep, entry, am_id);
 }
 
 /* ---------------------------------------------------------------------------
@@ -979,19 +1023,14 @@ ucp_failover_seq_copy_short(void *dest, const void *src, size_t length)
     }
 }
 
-static ucs_status_t
-ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
-                             const void *payload, unsigned length)
+/* ucp_failover_seq_ep_am_short() of any message */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_ep_am_short_any(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
+                                 uint64_t header, const void *payload,
+                                 unsigned length)
 {
-    ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
-                                                   ucp_failover_seq_ep_t);
     ucp_failover_seq_entry_t *entry;
     ucs_status_t status;
-
-    if (ucs_unlikely(ucp_failover_seq_passthrough(id))) {
-        return uct_ep_am_short(ucp_failover_seq_tl_ep(seq_ep), id, header,
-                               payload, length);
-    }
 
     status = ucp_failover_seq_reserve(seq_ep, sizeof(header) + length, &entry);
     if (ucs_unlikely(status != UCS_OK)) {
@@ -1001,8 +1040,53 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
     memcpy(entry->data, &header, sizeof(header));
     ucp_failover_seq_copy_short(entry->data + sizeof(header), payload,
                                 length);
-    ucp_failover_seq_submit(seq_ep, entry, id, sizeof(header) + length);
-    return UCS_OK;
+    return ucp_failover_seq_submit(seq_ep, entry, id, sizeof(header) + length);
+}
+
+/*
+ * A short message. The usual one, a header and a payload of one or two
+ * words that take a place in the stream's current chunk, is copied, numbered
+ * and retained here, and handed on by a tail call (the trailer, the
+ * transport's send); anything that needs another call (a copy of another
+ * length, a new chunk, requests that wait, a backlog) goes to
+ * ucp_failover_seq_ep_am_short_any(). Calls made here would cost this path
+ * a frame that keeps every argument.
+ */
+static ucs_status_t
+ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
+                             const void *payload, unsigned length)
+{
+    ucp_failover_seq_ep_t *seq_ep = ucs_derived_of(uct_ep,
+                                                   ucp_failover_seq_ep_t);
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+    size_t size = ucs_align_up_pow2(
+            ucp_failover_seq_entry_size(sizeof(header) + length), 8);
+    ucp_failover_seq_entry_t *entry;
+    ucp_failover_seq_chunk_t *chunk;
+
+    if (ucs_unlikely(ucp_failover_seq_passthrough(id))) {
+        return uct_ep_am_short(ucp_failover_seq_tl_ep(seq_ep), id, header,
+                               payload, length);
+    }
+
+    if (ucs_unlikely((st == NULL) || ((chunk = st->chunk) == NULL) ||
+                     !ucs_queue_is_empty(&seq_ep->pending) ||
+                     (st->unsent != NULL) || (length < sizeof(uint64_t)) ||
+                     (length > (2 * sizeof(uint64_t))) ||
+                     ((chunk->used + size) > chunk->size))) {
+        return ucp_failover_seq_ep_am_short_any(seq_ep, id, header, payload,
+                                                length);
+    }
+
+    /* the copies first: the arguments are then done with, and fewer values
+     * stay in registers */
+    entry = (ucp_failover_seq_entry_t*)(chunk->data + chunk->used);
+    memcpy(entry->data, &header, sizeof(header));
+    ucp_failover_seq_copy_short(entry->data + sizeof(header), payload,
+                                length);
+    entry = ucp_failover_seq_chunk_entry(seq_ep->seq, chunk, size);
+    ucp_failover_seq_retain_chunk_entry(st, entry, sizeof(header) + length);
+    return ucp_failover_seq_post_new(seq_ep, entry, id);
 }
 
 /* Copy a UCT iov array to @a dest (UCP passes contiguous elements) */

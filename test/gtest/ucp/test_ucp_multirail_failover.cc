@@ -823,6 +823,35 @@ protected:
         EXPECT_EQ(count, num_failed(e.ep()));
     }
 
+    /* the sender's stream 0 until everything it sent is acknowledged (the
+     * last acknowledgement may come with a probe round) */
+    void wait_all_acked(uint32_t *next_p)
+    {
+        ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+        uint32_t acked;
+        size_t retained;
+
+        do {
+            progress();
+            ucp_failover_seq_tx_state(sender().ep(), 0, next_p, &acked,
+                                      &retained);
+        } while (((retained != 0) || (acked != (*next_p - 1))) &&
+                 (ucs_get_time() < deadline));
+        ASSERT_EQ(0u, retained);
+        ASSERT_EQ(*next_p - 1, acked);
+    }
+
+    /* an acknowledgement alone of the sender's stream 0, as its peer sends
+     * it */
+    void inject_ack(uint32_t ack)
+    {
+        std::vector<char> msg(ucp_failover_seq_hdr_len());
+
+        ucp_failover_seq_pack_ack(msg.data(), ucp_ep_local_id(sender().ep()),
+                                  ack, 0);
+        seq_inject_to(sender(), msg);
+    }
+
     /* tagged messages both ways, every byte checked */
     void exchange(size_t size, int count)
     {
@@ -898,7 +927,12 @@ protected:
 
     void seq_inject(std::vector<char> msg)
     {
-        ucp_worker_h worker = receiver().worker();
+        seq_inject_to(receiver(), msg);
+    }
+
+    void seq_inject_to(entity &e, std::vector<char> msg)
+    {
+        ucp_worker_h worker = e.worker();
 
         UCS_ASYNC_BLOCK(&worker->async);
         ucp_am_handlers[UCP_AM_ID_FAILOVER_SEQ]->cb(worker, msg.data(),
@@ -1484,6 +1518,133 @@ UCS_TEST_P(test_ucp_multirail_failover, retention_in_chunks,
     EXPECT_EQ(chunk, ucp_failover_worker_held(sender().worker()))
             << "the sender keeps its stream's current chunk, nothing else";
 
+    exchange(8, 4);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/*
+ * The release of retained messages by an acknowledgement: one that covers
+ * part of them (ucp_failover_seq_release_upto()), then one that covers all
+ * the rest, all in the stream's current chunk, which empties the retention
+ * and the chunk at once (ucp_failover_seq_release_fast()); the messages, not
+ * yet delivered when acknowledged, all arrive intact afterwards.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, release_by_acknowledgement,
+           "RNDV_THRESH=inf")
+{
+    static const int count    = 10;
+    static const size_t chunk = 2176; /* the pool's bucket of a chunk */
+    ucp_request_param_t param = {};
+    std::vector<uint64_t> sbufs(count), rbufs(count, 0);
+    std::vector<void*> sreqs, rreqs;
+    uint32_t first, next, acked;
+    size_t retained;
+    int i;
+
+    exchange(8, 4);
+    wait_all_acked(&first);
+    for (i = 0; i < count; ++i) {
+        sbufs[i] = 0x5ead0000ull + i;
+        sreqs.push_back(ucp_tag_send_nbx(sender().ep(), &sbufs[i],
+                                         sizeof(sbufs[i]), 0x5d0, &param));
+        ASSERT_FALSE(UCS_PTR_IS_ERR(sreqs.back()));
+    }
+
+    /* only the sender moves: nothing is acknowledged */
+    for (i = 0; i < 100; ++i) {
+        sender().progress();
+    }
+
+    ucp_failover_seq_tx_state(sender().ep(), 0, &next, &acked, &retained);
+    ASSERT_EQ(first + count, next);
+    ASSERT_EQ(first - 1, acked);
+    ASSERT_EQ(size_t(count), retained);
+
+    inject_ack(first + 3);
+    ucp_failover_seq_tx_state(sender().ep(), 0, &next, &acked, &retained);
+    EXPECT_EQ(first + 3, acked);
+    EXPECT_EQ(size_t(count - 4), retained);
+
+    inject_ack(first + count - 1);
+    ucp_failover_seq_tx_state(sender().ep(), 0, &next, &acked, &retained);
+    EXPECT_EQ(first + count - 1, acked);
+    EXPECT_EQ(0u, retained);
+    EXPECT_EQ(chunk, ucp_failover_worker_held(sender().worker()))
+            << "the sender keeps its stream's current chunk, nothing else";
+
+    /* an old acknowledgement releases nothing more */
+    inject_ack(first + 3);
+    ucp_failover_seq_tx_state(sender().ep(), 0, &next, &acked, &retained);
+    EXPECT_EQ(first + count - 1, acked);
+
+    for (i = 0; i < count; ++i) {
+        rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(), &rbufs[i],
+                                         sizeof(rbufs[i]), 0x5d0,
+                                         (ucp_tag_t)-1, &param));
+    }
+    ASSERT_UCS_OK(requests_wait(sreqs));
+    ASSERT_UCS_OK(requests_wait(rreqs));
+    for (i = 0; i < count; ++i) {
+        EXPECT_EQ(0x5ead0000ull + i, rbufs[i]) << "message " << i;
+    }
+
+    exchange(8, 4);
+    wait_all_acked(&next);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/*
+ * Small messages retained in a chunk and sent with zero copy (the wrapper's
+ * limits lowered: over 64 bytes bcopy, over 128 zero copy): a chunk that a
+ * zero-copy send reads stops being its stream's current one, which an
+ * acknowledgement of everything empties at once; in a ping-pong and in a
+ * burst every message arrives intact, and once all is acknowledged the
+ * sender holds at most one chunk.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, chunk_sent_with_zero_copy,
+           "RNDV_THRESH=inf")
+{
+    static const size_t sizes[] = {8, 100, 200, 300};
+    static const size_t chunk   = 2176;
+    static const int burst      = 50;
+    ucp_request_param_t param   = {};
+    std::vector<std::vector<char> > sbufs, rbufs;
+    std::vector<void*> sreqs, rreqs;
+    uint32_t next;
+    int i;
+
+    skip_unless_tcp(); /* the wrapper posts its own buffers without a memory
+                          handle: zero copy of them is TCP's */
+    exchange(8, 4);
+    ucp_failover_seq_limit(sender().ep(), 64, 128);
+    for (i = 0; i < 200; ++i) {
+        send_recv(sender(), receiver(), sizes[i % 4], i);
+        send_recv(receiver(), sender(), 8, i + 1000);
+    }
+
+    for (i = 0; i < burst; ++i) {
+        sbufs.push_back(std::vector<char>(200, (char)(i * 5 + 1)));
+        rbufs.push_back(std::vector<char>(200, 0));
+        sreqs.push_back(ucp_tag_send_nbx(sender().ep(), sbufs.back().data(),
+                                         200, 0x5f0 + i, &param));
+        ASSERT_FALSE(UCS_PTR_IS_ERR(sreqs.back()));
+    }
+    for (i = 0; i < 100; ++i) {
+        sender().progress();
+    }
+    for (i = 0; i < burst; ++i) {
+        rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(),
+                                         rbufs[i].data(), 200, 0x5f0 + i,
+                                         (ucp_tag_t)-1, &param));
+    }
+    ASSERT_UCS_OK(requests_wait(sreqs));
+    ASSERT_UCS_OK(requests_wait(rreqs));
+    for (i = 0; i < burst; ++i) {
+        EXPECT_TRUE(sbufs[i] == rbufs[i]) << "message " << i;
+    }
+
+    wait_all_acked(&next);
+    EXPECT_LE(ucp_failover_worker_held(sender().worker()), chunk);
     exchange(8, 4);
     EXPECT_EQ(0u, m_err_count);
 }
