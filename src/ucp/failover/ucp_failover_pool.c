@@ -9,11 +9,12 @@
  * costs no malloc/free and holds what its size needs.
  *
  * The buckets are UCS's memory pool set: a buffer holds a power of two from
- * 64 bytes to 16 KiB plus 128 bytes (192, 256, 384, ..., 8320, 16512). The
- * slack of 128 bytes lets a full fragment of the usual transports (max_bcopy
- * 8 KiB less their header) with its trailer and the entry's own header fit
- * the 8320-byte bucket instead of the next one. A larger buffer (a zero-copy
- * message copied whole) is malloc'ed, and counted in the pool.
+ * 64 bytes to 64 KiB plus 128 bytes (192, 256, 384, ..., 8320, 16512, 32896,
+ * 65664). The slack of 128 bytes lets a full fragment of the usual
+ * transports (max_bcopy 8 KiB less their header) with its trailer and the
+ * entry's own header fit the 8320-byte bucket instead of the next one, and
+ * a zero-copy message of UCT/TCP copied whole (its segment, 64 KiB) the
+ * 65664-byte one. A larger buffer is malloc'ed, and counted in the pool.
  *
  * Lifetime. The pool belongs to the worker's failover state, which is
  * released before the worker's endpoints (ucp_worker_destroy), and a buffer
@@ -72,8 +73,9 @@ ucp_failover_pool_t *ucp_failover_pool_create(ucp_worker_h worker,
         sizes[i] = UCP_FAILOVER_POOL_MIN << i;
     }
 
-    /* 8 buffers a chunk: 1.5 KiB for the smallest, 130 KiB for the
-     * largest */
+    /* 8 buffers a chunk: 1.5 KiB for the smallest, 513 KiB for the
+     * largest (a bucket's first chunk is allocated when it is first used,
+     * and kept until the worker goes) */
     status = ucs_mpool_set_init(&pool->buffers, sizes,
                                 ucs_static_array_size(sizes),
                                 UCP_FAILOVER_POOL_MAX, sizeof(pool),

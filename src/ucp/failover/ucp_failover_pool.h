@@ -25,12 +25,13 @@
 
 BEGIN_C_DECLS
 
-/* A buffer holds a power of two from 64 to 16 KiB, plus 128 bytes (UCS's
+/* A buffer holds a power of two from 64 to 64 KiB, plus 128 bytes (UCS's
  * mpool set, its per-element area): a full fragment of 8 KiB less the
  * transport's header, with the trailer and the retained entry's header,
- * fits the 8 KiB bucket. Larger buffers are malloc'ed */
+ * fits the 8 KiB bucket, and a zero-copy message of UCT/TCP (up to its
+ * 64 KiB segment) the 64 KiB one. Larger buffers are malloc'ed */
 #define UCP_FAILOVER_POOL_MIN     64
-#define UCP_FAILOVER_POOL_MAX     (16 * 1024)
+#define UCP_FAILOVER_POOL_MAX     (64 * 1024)
 #define UCP_FAILOVER_POOL_SLACK   128
 
 

@@ -280,7 +280,7 @@ UCS_TEST_F(test_ucp_failover_pool, buckets) {
     } cases[] = {{1, 192},       {191, 192},     {192, 256},
                  {255, 256},     {256, 384},     {1151, 1152},
                  {1152, 2176},   {8319, 8320},   {8320, 16512},
-                 {16511, 16512}};
+                 {16511, 16512}, {16512, 32896}, {65663, 65664}};
     ucp_failover_pool_t *pool = ucp_failover_pool_create(NULL, SIZE_MAX);
     std::vector<std::pair<void*, size_t> > bufs;
     size_t total = 0, held;
@@ -299,10 +299,10 @@ UCS_TEST_F(test_ucp_failover_pool, buckets) {
 
     /* too large for a bucket: a buffer of its own, counted too; without a
      * pool: a buffer of its own */
-    buf = ucp_failover_pool_get(pool, 16512, &held);
+    buf = ucp_failover_pool_get(pool, 65664, &held);
     ASSERT_TRUE(buf != NULL);
-    EXPECT_EQ(16512u, held);
-    EXPECT_EQ(total + 16512u, ucp_failover_pool_held(pool));
+    EXPECT_EQ(65664u, held);
+    EXPECT_EQ(total + 65664u, ucp_failover_pool_held(pool));
     memset(buf, 0x5a, held);
     ucp_failover_pool_put(buf, held);
     EXPECT_EQ(total, ucp_failover_pool_held(pool));
