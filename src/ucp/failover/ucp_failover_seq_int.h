@@ -413,7 +413,8 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
  *
  * This is the release of a ping-pong and of a sender the peer has caught up
  * with: a few loads and compares and five stores, whatever the number of
- * messages, and no call (the receiver's fast path stays without a frame).
+ * messages, and no call (nothing of the receiver's fast path lives across
+ * a call).
  */
 static UCS_F_ALWAYS_INLINE int
 ucp_failover_seq_release_fast(ucp_failover_seq_t *seq,

@@ -420,8 +420,9 @@ ucp_failover_seq_handler_release(ucp_worker_h worker, ucp_failover_seq_t *seq,
  * an endpoint already in the probe rounds. Everything is checked before
  * anything changes, and anything else takes the slow path, which handles the
  * message in full; the message goes to its handler last, as a tail call, so
- * that this path needs no frame (an acknowledgement that releases more than
- * the stream's current chunk is released out of line first).
+ * that nothing lives across a call here and the frame stays small (an
+ * acknowledgement that releases more than the stream's current chunk is
+ * released out of line first).
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 ucp_failover_seq_handler_ep(ucp_worker_h worker, ucp_ep_h ep,
@@ -503,7 +504,7 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
     }
 
     /* the trailer is read in place (packed), field by field as needed:
-     * fewer registers than a copy, and the fast path needs no frame */
+     * fewer registers than a copy */
     hdr = UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN);
     if (ucs_unlikely((hdr->stream != 0) ||
                      (hdr->flags & (UCP_FAILOVER_SEQ_FLAG_ACK_ONLY |

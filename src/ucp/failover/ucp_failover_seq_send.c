@@ -951,7 +951,7 @@ ucp_failover_seq_submit_behind(ucp_failover_seq_ep_t *seq_ep,
 /* Write the trailer of a new message, numbered and retained, with the
  * current acknowledgement and hand it to the transport; if the transport
  * does not take it, it stays retained and goes later (out of line, so that
- * the short message's path that ends here is without a frame) */
+ * the short message's path that ends here keeps a small frame) */
 static UCS_F_NOINLINE ucs_status_t
 ucp_failover_seq_post_new(ucp_failover_seq_ep_t *seq_ep,
                           ucp_failover_seq_entry_t *entry, uint8_t am_id)
