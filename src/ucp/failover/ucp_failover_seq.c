@@ -671,11 +671,8 @@ void ucp_failover_seq_pack_ack(void *dest, uint64_t ep_id, uint32_t ack,
 void ucp_failover_seq_tx_state(ucp_ep_h ep, uint8_t stream, uint32_t *next_p,
                                uint32_t *acked_p, size_t *retained_p)
 {
-    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
-    ucp_failover_seq_stream_t *st;
+    ucp_failover_seq_stream_t *st = ucp_failover_seq_stream_find(ep, stream);
 
-    st = ((seq == NULL) || (stream >= UCP_FAILOVER_SEQ_STREAMS)) ?
-         NULL : seq->streams[stream];
     *next_p     = (st == NULL) ? 0 : st->tx_next;
     *acked_p    = (st == NULL) ? 0 : st->tx_acked;
     *retained_p = (st == NULL) ? 0 : ucs_queue_length(&st->retained);
@@ -693,14 +690,9 @@ void ucp_failover_seq_limit(ucp_ep_h ep, size_t max_short, size_t max_bcopy)
 
 uint64_t ucp_failover_seq_stream_resent(ucp_ep_h ep, uint8_t id)
 {
-    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+    ucp_failover_seq_stream_t *st = ucp_failover_seq_stream_find(ep, id);
 
-    if ((seq == NULL) || (id >= UCP_FAILOVER_SEQ_STREAMS) ||
-        (seq->streams[id] == NULL)) {
-        return 0;
-    }
-
-    return seq->streams[id]->tx_resent;
+    return (st == NULL) ? 0 : st->tx_resent;
 }
 
 void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)

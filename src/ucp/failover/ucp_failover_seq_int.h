@@ -235,6 +235,17 @@ ucp_failover_seq_ack_owed(const ucp_failover_seq_stream_t *st)
            st->ack_again;
 }
 
+/* Stream @a id of endpoint @a ep's sequencing state, or NULL if it has none
+ * (diagnostics and tests) */
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_stream_t *
+ucp_failover_seq_stream_find(ucp_ep_h ep, uint8_t id)
+{
+    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+
+    return ((seq == NULL) || (id >= UCP_FAILOVER_SEQ_STREAMS)) ?
+           NULL : seq->streams[id];
+}
+
 /* The first retained message of @a st (to send again), or NULL */
 static UCS_F_ALWAYS_INLINE struct ucp_failover_seq_entry *
 ucp_failover_seq_first_retained(ucp_failover_seq_stream_t *st)

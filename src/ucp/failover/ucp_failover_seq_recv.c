@@ -555,9 +555,7 @@ uint32_t ucp_failover_seq_rx_expected(ucp_ep_h ep)
 
 uint32_t ucp_failover_seq_stream_rx_expected(ucp_ep_h ep, uint8_t stream)
 {
-    ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;
+    ucp_failover_seq_stream_t *st = ucp_failover_seq_stream_find(ep, stream);
 
-    return ((seq == NULL) || (stream >= UCP_FAILOVER_SEQ_STREAMS) ||
-            (seq->streams[stream] == NULL)) ?
-           0 : seq->streams[stream]->rx_next;
+    return (st == NULL) ? 0 : st->rx_next;
 }

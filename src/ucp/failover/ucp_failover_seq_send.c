@@ -821,6 +821,23 @@ ucp_failover_seq_reserve_slow(ucp_failover_seq_ep_t *seq_ep, size_t length,
     return UCS_OK;
 }
 
+/* The stream's current chunk if a new message may take a place of @a size
+ * bytes in it (no requests wait for the wrapper), else NULL */
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_chunk_t *
+ucp_failover_seq_chunk_room(ucp_failover_seq_ep_t *seq_ep, size_t size)
+{
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+    ucp_failover_seq_chunk_t *chunk;
+
+    if ((st != NULL) && ((chunk = st->chunk) != NULL) &&
+        ucs_queue_is_empty(&seq_ep->pending) &&
+        ((chunk->used + size) <= chunk->size)) {
+        return chunk;
+    }
+
+    return NULL;
+}
+
 /*
  * Take a message for sending: a retained entry of @a length bytes (the
  * trailer comes on top). The usual small message takes a place in its
@@ -833,14 +850,12 @@ static UCS_F_ALWAYS_INLINE ucs_status_t
 ucp_failover_seq_reserve(ucp_failover_seq_ep_t *seq_ep, size_t length,
                          ucp_failover_seq_entry_t **entry_p)
 {
-    ucp_failover_seq_stream_t *st = seq_ep->stream;
     size_t size = ucs_align_up_pow2(ucp_failover_seq_entry_size(length), 8);
     ucp_failover_seq_chunk_t *chunk;
 
-    if (ucs_likely((st != NULL) && ((chunk = st->chunk) != NULL) &&
-                   ucs_queue_is_empty(&seq_ep->pending) &&
-                   (size <= UCP_FAILOVER_SEQ_CHUNK_ENTRY_MAX) &&
-                   ((chunk->used + size) <= chunk->size))) {
+    if (ucs_likely((size <= UCP_FAILOVER_SEQ_CHUNK_ENTRY_MAX) &&
+                   ((chunk = ucp_failover_seq_chunk_room(seq_ep, size)) !=
+                    NULL))) {
         *entry_p = ucp_failover_seq_chunk_entry(seq_ep->seq, chunk, size);
         return UCS_OK;
     }
@@ -869,6 +884,18 @@ static void ucp_failover_seq_submit_unsent(ucp_failover_seq_ep_t *seq_ep,
     }
 }
 
+/* Number a new message of @a length bytes of @a st and queue it in the
+ * retention (an entry in a chunk: the chunk's bytes are counted already) */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_number(ucp_failover_seq_stream_t *st,
+                        ucp_failover_seq_entry_t *entry, size_t length)
+{
+    entry->sn     = st->tx_next++;
+    entry->length = length + UCP_FAILOVER_SEQ_HDR_LEN;
+    ucs_queue_push(&st->retained, &entry->queue);
+    ++st->tx_msgs;
+}
+
 /* Number a new message of @a length bytes (its entry filled, or about to
  * be) and retain it */
 static UCS_F_ALWAYS_INLINE void
@@ -878,9 +905,7 @@ ucp_failover_seq_retain(ucp_failover_seq_ep_t *seq_ep,
     ucp_failover_seq_t *seq       = seq_ep->seq;
     ucp_failover_seq_stream_t *st = seq_ep->stream;
 
-    entry->sn     = st->tx_next++;
-    entry->length = length + UCP_FAILOVER_SEQ_HDR_LEN;
-    ucs_queue_push(&st->retained, &entry->queue);
+    ucp_failover_seq_number(st, entry, length);
     if (ucs_unlikely(entry->held != 0)) {
         /* a buffer of its own (a chunk's bytes count from when the stream
          * takes it) */
@@ -889,20 +914,6 @@ ucp_failover_seq_retain(ucp_failover_seq_ep_t *seq_ep,
         st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
         ucp_failover_seq_held_changed(seq);
     }
-    ++st->tx_msgs;
-}
-
-/* ucp_failover_seq_retain() of an entry in the stream's current chunk (whose
- * bytes the retention counts already) */
-static UCS_F_ALWAYS_INLINE void
-ucp_failover_seq_retain_chunk_entry(ucp_failover_seq_stream_t *st,
-                                    ucp_failover_seq_entry_t *entry,
-                                    size_t length)
-{
-    entry->sn     = st->tx_next++;
-    entry->length = length + UCP_FAILOVER_SEQ_HDR_LEN;
-    ucs_queue_push(&st->retained, &entry->queue);
-    ++st->tx_msgs;
 }
 
 /* Write the trailer of a new message, numbered @a sn, at @a dest; with the
@@ -1069,11 +1080,11 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
                                payload, length);
     }
 
-    if (ucs_unlikely((st == NULL) || ((chunk = st->chunk) == NULL) ||
-                     !ucs_queue_is_empty(&seq_ep->pending) ||
-                     (st->unsent != NULL) || (length < sizeof(uint64_t)) ||
+    if (ucs_unlikely((length < sizeof(uint64_t)) ||
                      (length > (2 * sizeof(uint64_t))) ||
-                     ((chunk->used + size) > chunk->size))) {
+                     ((chunk = ucp_failover_seq_chunk_room(seq_ep, size)) ==
+                      NULL) ||
+                     (st->unsent != NULL))) {
         return ucp_failover_seq_ep_am_short_any(seq_ep, id, header, payload,
                                                 length);
     }
@@ -1085,7 +1096,7 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
     ucp_failover_seq_copy_short(entry->data + sizeof(header), payload,
                                 length);
     entry = ucp_failover_seq_chunk_entry(seq_ep->seq, chunk, size);
-    ucp_failover_seq_retain_chunk_entry(st, entry, sizeof(header) + length);
+    ucp_failover_seq_number(st, entry, sizeof(header) + length);
     return ucp_failover_seq_post_new(seq_ep, entry, id);
 }
 
