@@ -107,6 +107,28 @@ t_failover_stripe() {
         mr_fail "no data stream sent fragments again after r1 failed"
 }
 
+# t_failover_byref RAIL KIND SIDE CONN ERRMODE: t_failover_fault with
+# zero-copy messages of 8 KiB and more sent by reference
+# (UCX_MULTIRAIL_REF_THRESH=8k: from the user's buffers, completed when the
+# peer acknowledges them); both sides print their endpoint's information
+# before closing it: the client (whose traffic has the large messages) sent
+# messages by reference, and neither side holds one at the end
+t_failover_byref() {
+    local MR_FO_ENV="$MR_FO_ENV UCX_MULTIRAIL_REF_THRESH=8k" role refs left
+    local MR_FAULT_ARGS=(--info)
+    t_failover_fault 2 "$2" "$1" "$3" "$4" "$5"
+    for role in client server; do
+        refs=$(sed -n 's/.* \([0-9][0-9]*\) sent by reference (.*/\1/p' \
+            "$MR_DIR/$role.out" | head -1)
+        left=$(sed -n 's/.* sent by reference ([0-9]* copied to go again, \([0-9]*\) retained).*/\1/p' \
+            "$MR_DIR/$role.out" | head -1)
+        mr_note+=" ${role}_by_ref=${refs:-none} ${role}_ref_left=${left:-none}"
+        [ "$role" = server ] || [ "${refs:-0}" -ge 1 ] ||
+            mr_fail "$role sent nothing by reference"
+        [ "${left:-1}" = 0 ] || mr_fail "$role still holds messages by reference"
+    done
+}
+
 # Two rails fail one after the other on a three-rail bed; r0 (am lane) stays
 t_failover_two_faults() {
     local role n
@@ -432,6 +454,12 @@ mr_failover_all() {
     mr_run_test failover_stripe_blackhole_r1_address_peer t_failover_stripe \
         blackhole both
     mr_run_test failover_stripe_rst_r1_address_peer t_failover_stripe rst a 0
+    # zero-copy messages sent by reference (issue 22): the am lane's rail,
+    # and a rail that fragments stripe over
+    mr_run_test failover_byref_blackhole_r0_sockaddr_peer t_failover_byref 0 \
+        blackhole both sockaddr peer
+    mr_run_test failover_byref_linkdown_r1_address_peer t_failover_byref 1 \
+        down a address peer
     mr_run_test failover_delete_r1_retries3 t_failover_fault 2 delete 1 a \
         sockaddr peer net.ipv4.tcp_retries2=3
     mr_run_test failover_3rail_two_faults t_failover_two_faults

@@ -60,6 +60,7 @@ mr_gtest_devorder() {
        ! [[ gtest_lane_detect == $MR_FILTER ]] &&
        ! [[ gtest_lane_recover == $MR_FILTER ]] &&
        ! [[ gtest_lane_traffic == $MR_FILTER ]] &&
+       ! [[ gtest_lane_by_reference == $MR_FILTER ]] &&
        ! [[ gtest_lane_wireup == $MR_FILTER ]] &&
        ! [[ gtest_lane_am_steps == $MR_FILTER ]] &&
        ! [[ gtest_lane_three == $MR_FILTER ]] &&
@@ -104,6 +105,10 @@ mr_gtest_devorder() {
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_traffic 'tcp/test_ucp_multirail_traffic.*' "$ns"
+    # zero-copy messages sent by reference (issue 22)
+    UCX_NET_DEVICES=d0x,d1x \
+        mr_gtest lane_by_reference 'tcp/test_ucp_multirail_by_reference.*' \
+        "$ns"
     # the wire version in the negotiation (issue 24)
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_version 'tcp/test_ucp_multirail_version.*' "$ns"

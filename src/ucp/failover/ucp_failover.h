@@ -57,6 +57,10 @@ typedef struct ucp_multirail_config {
     /** UCX_MULTIRAIL_STRIPE_AM: message fragments stripe over the lanes,
      *  each lane's sequenced as a data stream */
     int           stripe_am;
+    /** UCX_MULTIRAIL_REF_THRESH: zero-copy messages of at least this size
+     *  are sent by reference (from the user's buffer, completed when the
+     *  peer acknowledges them), smaller ones copied; SIZE_MAX: all copied */
+    size_t        ref_thresh;
 } ucp_multirail_config_t;
 
 

@@ -92,6 +92,20 @@ ucs_config_field_t ucp_multirail_config_table[] = {
    "active-message limits differ, they ride the am lane only.",
    ucs_offsetof(ucp_multirail_config_t, stripe_am), UCS_CONFIG_TYPE_BOOL},
 
+  {"MULTIRAIL_REF_THRESH", "inf",
+   "A zero-copy active message (eager, AM, stream, or rendezvous data sent as\n"
+   "active messages) of at least this many bytes is sent by reference: from\n"
+   "the user's buffer, which is not copied, and its request completes when\n"
+   "the peer has acknowledged it: a round trip later than the transport's own\n"
+   "completion over TCP (over RDMA that one waits for the peer too). A smaller\n"
+   "one is copied into a retained buffer and its request completes as the\n"
+   "transport's does. \"inf\" (the default) copies every message: over TCP\n"
+   "rails the copy costs less bandwidth than the later completions (a sender\n"
+   "that waits for each send before the next loses a third), but it costs the\n"
+   "sender's CPU; e.g. 8k sends messages of 8 KiB and more by reference.\n"
+   "Transports that need memory handles (RDMA) copy in any case.",
+   ucs_offsetof(ucp_multirail_config_t, ref_thresh), UCS_CONFIG_TYPE_MEMUNITS},
+
   {NULL}
 };
 
@@ -208,6 +222,12 @@ ucp_multirail_config_check(const struct ucp_context_config *ctx_config)
                                              config->retain_worker);
     if (status != UCS_OK) {
         return status;
+    }
+
+    if (config->ref_thresh == UCS_MEMUNITS_AUTO) {
+        ucs_error("UCX_MULTIRAIL_REF_THRESH must be a size or \"inf\", not "
+                  "\"auto\"");
+        return UCS_ERR_INVALID_PARAM;
     }
 
     if ((config->retain != UCS_MEMUNITS_INF) &&

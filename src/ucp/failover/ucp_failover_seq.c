@@ -324,6 +324,10 @@ static void ucp_failover_seq_stream_cleanup(ucp_failover_seq_stream_t *st)
         entry->seq = NULL;
         if (entry->chunk != NULL) {
             ucp_failover_seq_chunk_detach(entry->chunk);
+        } else if (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF) {
+            /* not copied when its lane went (no memory): its request
+             * fails */
+            ucp_failover_seq_entry_ref(entry)->status = UCS_ERR_CANCELED;
         }
         if (entry->comp.count == 0) {
             ucp_failover_seq_entry_free(entry);
@@ -604,10 +608,12 @@ void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
         return;
     }
 
-    /* A zero-copy send is copied into a retained entry and posted from
-     * there with no memory handle (ucp_failover_seq_tl_post). A transport
-     * whose memory domain needs one (RDMA) cannot take that: UCP sends its
-     * large active messages as bcopy fragments instead, a copy as well */
+    /* A zero-copy send is sent by reference with its trailer as one more
+     * iov element with no memory handle (ucp_failover_seq_send_ref), or
+     * copied and posted from the copy with none (small ones, and messages
+     * sent again). A transport whose memory domain needs one (RDMA) cannot
+     * take that: UCP sends its large active messages as bcopy fragments
+     * instead, a copy as well */
     md_index = context->tl_rscs[rsc_index].md_index;
     if (context->tl_mds[md_index].attr.cap.flags & UCT_MD_FLAG_NEED_MEMH) {
         attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
@@ -712,11 +718,14 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                               " sent again, %zu bytes retained, at most %zu, "
                               "%u stall(s)), received %" PRIu64 " (%" PRIu64
                               " duplicate(s), %" PRIu64 " held back), %" PRIu64
-                              " ack(s) sent alone",
+                              " ack(s) sent alone, %" PRIu64 " sent by "
+                              "reference (%" PRIu64 " copied to go again, %u "
+                              "retained)",
                               (seq->seq_ep != NULL) ? "on" : "off",
                               st->tx_msgs, st->tx_resent, st->retained_bytes,
                               st->retained_max, st->window_stalls, st->rx_msgs,
-                              st->rx_dups, st->rx_held, st->acks_sent);
+                              st->rx_dups, st->rx_held, st->acks_sent,
+                              st->tx_refs, st->tx_ref_copies, st->refs);
 
     /* where the sequence stands (a stalled endpoint shows why) */
     ucs_string_buffer_appendf(strb, "; next %u, acknowledged up to %u, "
@@ -753,12 +762,15 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                                   "retained, at most %zu, %u stall(s)), "
                                   "received %" PRIu64 " (%" PRIu64
                                   " duplicate(s), %" PRIu64 " held back), %"
-                                  PRIu64 " ack(s)", id,
+                                  PRIu64 " ack(s), %" PRIu64 " by reference "
+                                  "(%" PRIu64 " copied to go again, %u "
+                                  "retained)", id,
                                   (st->seq_ep != NULL) ?
                                   "on its lane" : "via the am lane",
                                   st->tx_msgs, st->tx_resent,
                                   st->retained_bytes, st->retained_max,
                                   st->window_stalls, st->rx_msgs, st->rx_dups,
-                                  st->rx_held, st->acks_sent);
+                                  st->rx_held, st->acks_sent, st->tx_refs,
+                                  st->tx_ref_copies, st->refs);
     }
 }

@@ -95,12 +95,55 @@ typedef struct ucp_failover_seq_entry {
     ucp_failover_seq_chunk_t *chunk; /* the chunk that holds it, or NULL:
                                         a buffer of its own */
     uint32_t                 sn;
-    uint32_t                 length; /* bytes in data[], trailer included */
+    uint32_t                 length; /* bytes in data[], trailer included
+                                        (by reference: the header and the
+                                        trailer) */
     uint32_t                 held;   /* bytes of its own buffer, which the
                                         retention counts (0 in a chunk: the
                                         chunk's bytes are counted) */
+    uint32_t                 flags;  /* UCP_FAILOVER_SEQ_ENTRY_*, of an
+                                        entry with a buffer of its own only
+                                        (not set in a chunk) */
     uint8_t                  data[];
 } ucp_failover_seq_entry_t;
+
+
+enum {
+    /* The message is sent by reference (ucp_failover_seq_send_ref): data[]
+     * holds its header and trailer, and a ucp_failover_seq_ref_t after them
+     * (ucp_failover_seq_entry_ref) the user's iov and completion */
+    UCP_FAILOVER_SEQ_ENTRY_REF = UCS_BIT(0)
+};
+
+
+/*
+ * A zero-copy message sent by reference (of UCX_MULTIRAIL_REF_THRESH bytes
+ * or more; smaller ones are copied): the user's data stays where it is and
+ * is sent from there, and the user's request completes when the peer has
+ * acknowledged the message and no transport reads the data any more (or the
+ * message was copied to be sent again on another lane, or the endpoint is
+ * gone: then with UCS_ERR_CANCELED).
+ */
+#define UCP_FAILOVER_SEQ_REF_IOV 8 /* iov elements, the trailer's
+                                      included */
+
+typedef struct {
+    uct_completion_t *user_comp; /* NULL: UCP was told the message is sent */
+    ucs_status_t     status;     /* what user_comp gets */
+    uint32_t         iovcnt;     /* the user's iov elements */
+    unsigned         send_flags; /* UCP's flags of the send */
+    uint32_t         pad;
+    uct_iov_t        iov[];      /* the user's, then the trailer's */
+} ucp_failover_seq_ref_t;
+
+
+/* The record of an entry sent by reference, after its header and trailer */
+static UCS_F_ALWAYS_INLINE ucp_failover_seq_ref_t *
+ucp_failover_seq_entry_ref(ucp_failover_seq_entry_t *entry)
+{
+    return (ucp_failover_seq_ref_t*)UCS_PTR_BYTE_OFFSET(
+            entry->data, ucs_align_up_pow2(entry->length, 8));
+}
 
 
 /* A message that arrived early */
@@ -139,6 +182,12 @@ typedef struct ucp_failover_seq_stream {
     uint64_t                     tx_msgs;
     uint64_t                     tx_resent;
     uint32_t                     window_stalls;
+    uint32_t                     refs;         /* retained messages sent by
+                                                  reference */
+    uint64_t                     tx_refs;      /* messages sent by
+                                                  reference */
+    uint64_t                     tx_ref_copies; /* of them, copied to be
+                                                   sent again */
     unsigned                     orphaned;     /* fragments to send again
                                                   since its lane went, not
                                                   logged yet */
@@ -189,6 +238,11 @@ typedef struct ucp_failover_seq_ep {
     size_t             max_short;
     size_t             max_bcopy;
     size_t             retain;
+    size_t             ref_thresh;    /* UCX_MULTIRAIL_REF_THRESH */
+    size_t             ref_iov;       /* a zero-copy message of fewer iov
+                                         elements is sent by reference; 0:
+                                         never (the transport needs memory
+                                         handles, or has no zero copy) */
 } ucp_failover_seq_ep_t;
 
 
@@ -364,6 +418,18 @@ void ucp_failover_seq_chunk_release(ucp_failover_seq_chunk_t *chunk);
 void ucp_failover_seq_chunk_detach(ucp_failover_seq_chunk_t *chunk);
 
 
+/** Send a message without data on the am lane: an acknowledgement alone of
+ *  what this side received in stream @a st (ACK_ONLY), with @a flags */
+ucs_status_t ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
+                                             ucp_failover_seq_stream_t *st,
+                                             uint8_t flags);
+
+
+/** Ask the peer to acknowledge stream @a st at once */
+void ucp_failover_seq_ask_ack(ucp_failover_seq_t *seq,
+                              ucp_failover_seq_stream_t *st);
+
+
 /** Wrappers that wait for room in the retention move on if there is some */
 void ucp_failover_seq_window_check(ucp_failover_seq_t *seq);
 
@@ -376,6 +442,10 @@ ucp_failover_seq_held_changed(ucp_failover_seq_t *seq)
     seq->ack_req_due = (seq->retained_bytes >= (seq->retain / 2)) ||
                        ucp_failover_pool_half_full(seq->pool);
 }
+
+
+/** Free an entry sent by reference, and complete its user's request */
+void ucp_failover_seq_ref_free(ucp_failover_seq_entry_t *entry);
 
 
 /* Free a retained entry: its place in a chunk (the chunk goes back to the
@@ -394,6 +464,11 @@ ucp_failover_seq_entry_free(ucp_failover_seq_entry_t *entry)
                 ucp_failover_seq_chunk_release(chunk);
             }
         }
+        return;
+    }
+
+    if (ucs_unlikely(entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF)) {
+        ucp_failover_seq_ref_free(entry);
         return;
     }
 

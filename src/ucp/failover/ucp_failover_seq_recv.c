@@ -30,53 +30,6 @@
 #include <ucs/debug/log.h>
 
 
-static ucs_status_t
-ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
-                                ucp_failover_seq_stream_t *st, uint8_t flags)
-{
-    ucp_ep_h ep = seq->ep;
-    ucp_failover_seq_hdr_t hdr;
-    ucp_lane_index_t am_lane;
-    ucs_status_t status;
-    uct_ep_h uct_ep;
-
-    am_lane = ucp_ep_get_am_lane(ep);
-    if (!(ep->flags & UCP_EP_FLAG_REMOTE_ID) || (am_lane == UCP_NULL_LANE) ||
-        (ep->flags & UCP_EP_FLAG_FAILED)) {
-        return UCS_ERR_NOT_CONNECTED;
-    }
-
-    uct_ep = ep->uct_eps[am_lane];
-    if (ucp_failover_seq_ep_test(uct_ep)) {
-        uct_ep = ucp_failover_seq_tl_ep(ucs_derived_of(uct_ep,
-                                                       ucp_failover_seq_ep_t));
-    } else if ((uct_ep == NULL) || (uct_ep == &ucp_failed_tl_ep) ||
-               ucp_wireup_ep_test(uct_ep)) {
-        return UCS_ERR_NOT_CONNECTED;
-    }
-
-    hdr.ep_id  = ucp_ep_remote_id(ep);
-    hdr.sn     = 0;
-    hdr.ack    = ucp_failover_seq_rx_delivered(st);
-    hdr.am_id  = 0;
-    hdr.flags  = UCP_FAILOVER_SEQ_FLAG_ACK_ONLY | flags;
-    hdr.stream = st->id;
-    status     = uct_ep_am_short(uct_ep, UCP_AM_ID_FAILOVER_SEQ, hdr.ep_id,
-                                 UCS_PTR_BYTE_OFFSET(&hdr, sizeof(hdr.ep_id)),
-                                 sizeof(hdr) - sizeof(hdr.ep_id));
-    if (status == UCS_OK) {
-        st->rx_ack_sent      = hdr.ack;
-        st->rx_unacked_bytes = 0;
-        st->ack_again        = 0;
-        ++st->acks_sent;
-    } else {
-        ++st->acks_unsent;
-        st->ack_status = status;
-    }
-
-    return status;
-}
-
 ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq,
                                        ucp_failover_seq_stream_t *st)
 {
@@ -140,6 +93,12 @@ int ucp_failover_seq_round(ucp_ep_h ep)
             ucp_failover_seq_send_ack(seq, st);
         }
 
+        if (ucs_unlikely((st->refs != 0) && !st->ack_asked)) {
+            /* messages sent by reference whose request for an
+             * acknowledgement the lane did not take */
+            ucp_failover_seq_ask_ack(seq, st);
+        }
+
         if (ucp_failover_seq_ep_waiting(st->seq_ep)) {
             ucp_failover_seq_kick(st->seq_ep);
         }
@@ -147,7 +106,8 @@ int ucp_failover_seq_round(ucp_ep_h ep)
         /* what is still owed keeps the endpoint in the rounds: a request
          * the lane did not take, a backlog the transport holds up */
         owed |= st->resend_owed || ucp_failover_seq_ack_owed(st) ||
-                ucp_failover_seq_ep_waiting(st->seq_ep);
+                ucp_failover_seq_ep_waiting(st->seq_ep) ||
+                ((st->refs != 0) && !st->ack_asked);
     }
 
     return owed;
@@ -257,6 +217,14 @@ ucp_failover_seq_deliver_next(ucp_worker_h worker, ucp_failover_seq_t *seq,
     ++st->rx_next;
     ++st->rx_msgs;
     st->rx_unacked_bytes += length;
+    if (ack_req && ucs_list_is_empty(&st->held) &&
+        (ucp_failover_seq_send_ack(seq, st) == UCS_OK)) {
+        /* asked for (a request waits for it): before the delivery, which
+         * nothing can stop now, so that the acknowledgement's way back
+         * overlaps the handler's work (the copy of a large message) */
+        ack_req = 0;
+    }
+
     status = ucp_failover_seq_deliver(worker, seq->am_ids, hdr->am_id, data,
                                       length, flags);
     if (ucs_unlikely(!ucs_list_is_empty(&st->held))) {
@@ -327,6 +295,10 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
         ucp_failover_seq_release(seq, st, hdr.ack);
         if (ucs_unlikely(hdr.flags & UCP_FAILOVER_SEQ_FLAG_RESEND)) {
             ucp_failover_seq_peer_asks_resend(seq, st);
+        } else if (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ) {
+            /* the peer waits for an acknowledgement of this stream (its
+             * messages sent by reference): at once */
+            *st_p = st;
         }
         return UCS_OK;
     }

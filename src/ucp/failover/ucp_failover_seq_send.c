@@ -280,9 +280,189 @@ ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq,
 
     entry->chunk      = NULL;
     entry->held       = held;
+    entry->flags      = 0;
     entry->comp.count = 0;
     entry->seq        = seq;
     return entry;
+}
+
+/* ---------------------------------------------------------------------------
+ * Messages without data: acknowledgements, and requests for them
+ */
+
+ucs_status_t
+ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
+                                ucp_failover_seq_stream_t *st, uint8_t flags)
+{
+    ucp_ep_h ep = seq->ep;
+    ucp_failover_seq_hdr_t hdr;
+    ucp_lane_index_t am_lane;
+    ucs_status_t status;
+    uct_ep_h uct_ep;
+
+    am_lane = ucp_ep_get_am_lane(ep);
+    if (!(ep->flags & UCP_EP_FLAG_REMOTE_ID) || (am_lane == UCP_NULL_LANE) ||
+        (ep->flags & UCP_EP_FLAG_FAILED)) {
+        return UCS_ERR_NOT_CONNECTED;
+    }
+
+    uct_ep = ep->uct_eps[am_lane];
+    if (ucp_failover_seq_ep_test(uct_ep)) {
+        uct_ep = ucp_failover_seq_tl_ep(ucs_derived_of(uct_ep,
+                                                       ucp_failover_seq_ep_t));
+    } else if ((uct_ep == NULL) || (uct_ep == &ucp_failed_tl_ep) ||
+               ucp_wireup_ep_test(uct_ep)) {
+        return UCS_ERR_NOT_CONNECTED;
+    }
+
+    hdr.ep_id  = ucp_ep_remote_id(ep);
+    hdr.sn     = 0;
+    hdr.ack    = ucp_failover_seq_rx_delivered(st);
+    hdr.am_id  = 0;
+    hdr.flags  = UCP_FAILOVER_SEQ_FLAG_ACK_ONLY | flags;
+    hdr.stream = st->id;
+    status     = uct_ep_am_short(uct_ep, UCP_AM_ID_FAILOVER_SEQ, hdr.ep_id,
+                                 UCS_PTR_BYTE_OFFSET(&hdr, sizeof(hdr.ep_id)),
+                                 sizeof(hdr) - sizeof(hdr.ep_id));
+    if (status == UCS_OK) {
+        st->rx_ack_sent      = hdr.ack;
+        st->rx_unacked_bytes = 0;
+        st->ack_again        = 0;
+        ++st->acks_sent;
+    } else {
+        ++st->acks_unsent;
+        st->ack_status = status;
+    }
+
+    return status;
+}
+
+/* Ask the peer to acknowledge stream @a st at once (an acknowledgement
+ * alone of what we received in it, with ACK_REQ): messages sent by
+ * reference wait for it, and none that asks is on its way. Until the request
+ * is sent, each probe round tries again. */
+void ucp_failover_seq_ask_ack(ucp_failover_seq_t *seq,
+                              ucp_failover_seq_stream_t *st)
+{
+    if (ucp_failover_seq_send_ack_flags(seq, st,
+                                        UCP_FAILOVER_SEQ_FLAG_ACK_REQ) ==
+        UCS_OK) {
+        st->ack_asked = 1;
+    } else {
+        ucp_failover_round_want(ucp_failover_ep(seq->ep));
+    }
+}
+
+/* ---------------------------------------------------------------------------
+ * Messages sent by reference
+ */
+
+void ucp_failover_seq_ref_free(ucp_failover_seq_entry_t *entry)
+{
+    ucp_failover_seq_ref_t *ref = ucp_failover_seq_entry_ref(entry);
+    uct_completion_t *user_comp = ref->user_comp;
+    ucs_status_t status         = ref->status;
+
+    ucp_failover_pool_put(entry, entry->held);
+    if (user_comp != NULL) {
+        uct_invoke_completion(user_comp, status);
+    }
+}
+
+/* An entry sent by reference has left its stream's retention (and its
+ * count): its user's request completes with @a status now, or when the
+ * last transport that reads the user's data is done with it */
+static void ucp_failover_seq_ref_leave(ucp_failover_seq_entry_t *entry,
+                                       ucs_status_t status)
+{
+    ucp_failover_seq_entry_ref(entry)->status = status;
+    entry->seq                                = NULL;
+    if (entry->comp.count == 0) {
+        ucp_failover_seq_ref_free(entry);
+    } /* else ucp_failover_seq_comp_cb() frees it */
+}
+
+/* A copy of the message of @a entry, sent by reference, as an ordinary
+ * retained entry with the same number (counted in the retention), or NULL:
+ * no memory */
+static ucp_failover_seq_entry_t *
+ucp_failover_seq_ref_copy(ucp_failover_seq_t *seq,
+                          ucp_failover_seq_stream_t *st,
+                          ucp_failover_seq_entry_t *entry)
+{
+    ucp_failover_seq_ref_t *ref = ucp_failover_seq_entry_ref(entry);
+    size_t header_length        = entry->length - UCP_FAILOVER_SEQ_HDR_LEN;
+    size_t payload              = uct_iov_total_length(ref->iov, ref->iovcnt);
+    ucp_failover_seq_entry_t *copy;
+    ucs_iov_iter_t iter;
+
+    copy = ucp_failover_seq_entry_alloc(seq, st, header_length + payload);
+    if (copy == NULL) {
+        return NULL;
+    }
+
+    memcpy(copy->data, entry->data, header_length);
+    ucs_iov_iter_init(&iter);
+    uct_iov_to_buffer(ref->iov, ref->iovcnt, &iter,
+                      copy->data + header_length, payload);
+    memcpy(copy->data + header_length + payload, entry->data + header_length,
+           UCP_FAILOVER_SEQ_HDR_LEN);
+    copy->sn     = entry->sn;
+    copy->length = header_length + payload + UCP_FAILOVER_SEQ_HDR_LEN;
+    if (copy->held != 0) {
+        st->retained_bytes  += copy->held;
+        seq->retained_bytes += copy->held;
+        st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
+        ucp_failover_seq_held_changed(seq);
+    }
+
+    return copy;
+}
+
+/*
+ * The messages of @a st sent by reference that are retained are copied, to
+ * be sent again on whatever lane takes the stream (the user's memory handle
+ * is of the old lane's), and their users' requests complete: the copies
+ * take their places in the retention. One that finds no memory stays as it
+ * is. On the failure path only (a lane failed, or the peer asks for the
+ * stream again).
+ */
+static void ucp_failover_seq_stream_own(ucp_failover_seq_t *seq,
+                                        ucp_failover_seq_stream_t *st)
+{
+    ucp_failover_seq_entry_t *entry, *copy;
+    ucs_queue_head_t retained, refs;
+
+    if (st->refs == 0) {
+        return;
+    }
+
+    ucs_queue_head_init(&retained);
+    ucs_queue_head_init(&refs);
+    ucs_queue_for_each_extract(entry, &st->retained, queue, 1) {
+        if ((entry->chunk == NULL) &&
+            (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF) &&
+            ((copy = ucp_failover_seq_ref_copy(seq, st, entry)) != NULL)) {
+            if (st->unsent == entry) {
+                st->unsent = copy;
+            }
+
+            st->retained_bytes  -= entry->held;
+            seq->retained_bytes -= entry->held;
+            ucp_failover_seq_held_changed(seq);
+            --st->refs;
+            ++st->tx_ref_copies;
+            ucs_queue_push(&refs, &entry->queue);
+            entry = copy;
+        }
+
+        ucs_queue_push(&retained, &entry->queue);
+    }
+
+    ucs_queue_splice(&st->retained, &retained);
+    ucs_queue_for_each_extract(entry, &refs, queue, 1) {
+        ucp_failover_seq_ref_leave(entry, UCS_OK);
+    }
 }
 
 /* The general case of ucp_failover_seq_release(): several messages, or one
@@ -293,7 +473,9 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
                                    uint32_t ack)
 {
     ucp_failover_seq_entry_t *entry;
+    ucs_queue_head_t refs;
 
+    ucs_queue_head_init(&refs);
     st->tx_acked  = ack;
     st->ack_asked = 0;
     while (!ucs_queue_is_empty(&st->retained)) {
@@ -314,6 +496,12 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
             st->retained_bytes  -= entry->held;
             seq->retained_bytes -= entry->held;
             ucp_failover_seq_held_changed(seq);
+            if (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF) {
+                /* its user's request completes after the loop */
+                --st->refs;
+                ucs_queue_push(&refs, &entry->queue);
+                continue;
+            }
         }
 
         if (ucs_likely(entry->comp.count == 0)) {
@@ -328,6 +516,18 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
 
     if (ucs_unlikely(seq->window_full)) {
         ucp_failover_seq_window_check(seq);
+    }
+
+    /* messages sent by reference after the one that asked wait for an
+     * acknowledgement too */
+    if (ucs_unlikely(st->refs != 0)) {
+        ucp_failover_seq_ask_ack(seq, st);
+    }
+
+    /* the requests of messages sent by reference complete when the state is
+     * whole again: their callbacks may send */
+    ucs_queue_for_each_extract(entry, &refs, queue, 1) {
+        ucp_failover_seq_ref_leave(entry, UCS_OK);
     }
 }
 
@@ -463,6 +663,33 @@ ucp_failover_seq_tl_post_large(ucp_failover_seq_ep_t *seq_ep,
     return status;
 }
 
+/* Hand a message sent by reference, its trailer filled, to the transport
+ * endpoint of @a seq_ep with zero copy: the header from the entry, the
+ * user's data in place, then the trailer from the entry */
+static ucs_status_t
+ucp_failover_seq_tl_post_ref(ucp_failover_seq_ep_t *seq_ep,
+                             ucp_failover_seq_entry_t *entry)
+{
+    ucp_failover_seq_ref_t *ref = ucp_failover_seq_entry_ref(entry);
+    ucs_status_t status;
+
+    if (entry->comp.count == 0) {
+        entry->comp.func   = ucp_failover_seq_comp_cb;
+        entry->comp.status = UCS_OK;
+    }
+    ++entry->comp.count;
+    status = uct_ep_am_zcopy(ucp_failover_seq_tl_ep(seq_ep),
+                             UCP_AM_ID_FAILOVER_SEQ, entry->data,
+                             entry->length - UCP_FAILOVER_SEQ_HDR_LEN,
+                             ref->iov, ref->iovcnt + 1, ref->send_flags,
+                             &entry->comp);
+    if (status != UCS_INPROGRESS) {
+        --entry->comp.count;
+    }
+
+    return status;
+}
+
 /* Hand a retained message, its trailer filled, to the transport endpoint of
  * @a seq_ep */
 static UCS_F_ALWAYS_INLINE ucs_status_t
@@ -490,6 +717,48 @@ static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_ep_t *seq_ep,
 {
     ucp_failover_seq_hdr_fill(seq_ep, st, entry);
     return ucp_failover_seq_tl_post(seq_ep, entry);
+}
+
+/* Send again a message of @a st sent by reference, the backlog's first
+ * (*entry_p): by reference again if the wrapper's transport can (with no
+ * memory handle: that of the user's is of the lane it was sent on first),
+ * else as a copy, which takes its place (*entry_p); UCS_ERR_NO_RESOURCE if
+ * there is no memory for the copy (the backlog waits) */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_tl_send_ref(ucp_failover_seq_ep_t *seq_ep,
+                             ucp_failover_seq_stream_t *st,
+                             ucp_failover_seq_entry_t **entry_p)
+{
+    ucp_failover_seq_entry_t *entry = *entry_p;
+    ucp_failover_seq_ref_t *ref     = ucp_failover_seq_entry_ref(entry);
+    ucp_failover_seq_hdr_t *hdr     = UCS_PTR_BYTE_OFFSET(
+            entry->data, entry->length - UCP_FAILOVER_SEQ_HDR_LEN);
+    uint32_t i;
+
+    if (ref->iovcnt < seq_ep->ref_iov) {
+        for (i = 0; i < ref->iovcnt; ++i) {
+            ref->iov[i].memh = UCT_MEM_HANDLE_NULL;
+        }
+
+        ucp_failover_seq_hdr_fill(seq_ep, st, entry);
+        if (!st->ack_asked && (entry->comp.count == 0)) {
+            /* a request for an acknowledgement may be lost with a lane */
+            hdr->flags    |= UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
+            st->ack_asked  = 1;
+        }
+        return ucp_failover_seq_tl_post_ref(seq_ep, entry);
+    }
+
+    ucp_failover_seq_stream_own(seq_ep->seq, st);
+    entry = st->unsent;
+    if ((entry->chunk == NULL) && (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF)) {
+        ucs_diag("ep %p: no memory to copy message %u:%u to send it again, "
+                 "it waits", seq_ep->super.ucp_ep, st->id, entry->sn);
+        return UCS_ERR_NO_RESOURCE;
+    }
+
+    *entry_p = entry;
+    return ucp_failover_seq_tl_send(seq_ep, st, entry);
 }
 
 /* Whether @a seq_ep has messages retained but not handed to the transport:
@@ -527,7 +796,12 @@ ucp_failover_seq_send_stream_backlog(ucp_failover_seq_ep_t *seq_ep,
     ucs_status_t status;
 
     while ((entry = st->unsent) != NULL) {
-        status = ucp_failover_seq_tl_send(seq_ep, st, entry);
+        if (ucs_unlikely((entry->chunk == NULL) &&
+                         (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF))) {
+            status = ucp_failover_seq_tl_send_ref(seq_ep, st, &entry);
+        } else {
+            status = ucp_failover_seq_tl_send(seq_ep, st, entry);
+        }
         if (status == UCS_ERR_NO_RESOURCE) {
             return status;
         } else if (UCS_STATUS_IS_ERR(status)) {
@@ -921,7 +1195,8 @@ ucp_failover_seq_retain(ucp_failover_seq_ep_t *seq_ep,
  * the message is sent, after the backlog) */
 static UCS_F_ALWAYS_INLINE void
 ucp_failover_seq_trailer(ucp_failover_seq_ep_t *seq_ep, uint32_t sn,
-                         uint8_t am_id, void *dest, int ack_now)
+                         uint8_t am_id, void *dest, int ack_now,
+                         uint8_t flags)
 {
     ucp_failover_seq_stream_t *st = seq_ep->stream;
     ucp_failover_seq_hdr_t hdr;
@@ -932,10 +1207,10 @@ ucp_failover_seq_trailer(ucp_failover_seq_ep_t *seq_ep, uint32_t sn,
     hdr.am_id  = am_id;
     hdr.stream = st->id;
     if (ucs_likely(ack_now)) {
-        hdr.flags = ucp_failover_seq_ack_take(seq_ep, st, &ack);
+        hdr.flags = ucp_failover_seq_ack_take(seq_ep, st, &ack) | flags;
         hdr.ack   = ack;
     } else {
-        hdr.flags = 0;
+        hdr.flags = flags;
         hdr.ack   = 0;
     }
 
@@ -951,7 +1226,7 @@ ucp_failover_seq_submit_behind(ucp_failover_seq_ep_t *seq_ep,
                                size_t length)
 {
     ucp_failover_seq_trailer(seq_ep, entry->sn, am_id, entry->data + length,
-                             0);
+                             0, 0);
     if (!seq_ep->dispatching && !seq_ep->resume_queued) {
         ucp_failover_seq_kick(seq_ep);
     }
@@ -971,7 +1246,7 @@ ucp_failover_seq_post_new(ucp_failover_seq_ep_t *seq_ep,
 
     ucp_failover_seq_trailer(seq_ep, entry->sn, am_id,
                              entry->data + entry->length -
-                             UCP_FAILOVER_SEQ_HDR_LEN, 1);
+                             UCP_FAILOVER_SEQ_HDR_LEN, 1, 0);
     ++seq_ep->busy;
     status = ucp_failover_seq_tl_post(seq_ep, entry);
     --seq_ep->busy;
@@ -1210,7 +1485,7 @@ static size_t ucp_failover_seq_pack(void *dest, void *arg)
 
     ucp_failover_seq_retain(seq_ep, entry, length);
     ucp_failover_seq_trailer(seq_ep, entry->sn, ctx->am_id,
-                             UCS_PTR_BYTE_OFFSET(dest, length), 1);
+                             UCS_PTR_BYTE_OFFSET(dest, length), 1, 0);
     memcpy(entry->data, dest, entry->length);
     ctx->entry = entry;
     return entry->length;
@@ -1286,6 +1561,107 @@ static ssize_t ucp_failover_seq_ep_am_bcopy(uct_ep_h uct_ep, uint8_t id,
     return length;
 }
 
+/*
+ * A zero-copy message sent by reference (ucp_failover_seq_ref_t): an entry
+ * holds its header, its trailer and the user's iov, and the transport sends
+ * the user's data from where it is. The user's request (@a comp) completes
+ * when the peer has acknowledged the message, which it is asked to do at
+ * once, and no transport reads the data any more; meanwhile the message can
+ * be sent again from the user's buffer. Returns UCS_INPROGRESS: UCP counts
+ * the completion, as it does for a transport.
+ */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
+                          const void *header, unsigned header_length,
+                          const uct_iov_t *iov, size_t iovcnt, unsigned flags,
+                          uct_completion_t *comp)
+{
+    ucp_failover_seq_t *seq       = seq_ep->seq;
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+    size_t hdr_space              = ucs_align_up_pow2(header_length +
+                                                      UCP_FAILOVER_SEQ_HDR_LEN,
+                                                      8);
+    ucp_failover_seq_entry_t *entry;
+    ucp_failover_seq_ref_t *ref;
+    ucs_status_t status;
+    uint8_t ask;
+    size_t held;
+
+    status = ucp_failover_seq_admit(seq_ep);
+    if (ucs_unlikely(status != UCS_OK)) {
+        return status;
+    }
+
+    entry = ucp_failover_pool_get(seq->pool,
+                                  ucs_offsetof(ucp_failover_seq_entry_t,
+                                               data) +
+                                  hdr_space + sizeof(*ref) +
+                                  ((iovcnt + 1) * sizeof(*iov)), &held);
+    if (ucs_unlikely(entry == NULL)) {
+        return ucp_failover_seq_no_memory(seq_ep, header_length);
+    }
+
+    /* the count holds one for this call: the user's completion never comes
+     * from inside it (UCP counts it when this returns) */
+    entry->chunk       = NULL;
+    entry->held        = held;
+    entry->flags       = UCP_FAILOVER_SEQ_ENTRY_REF;
+    entry->comp.func   = ucp_failover_seq_comp_cb;
+    entry->comp.status = UCS_OK;
+    entry->comp.count  = 1;
+    entry->seq         = seq;
+    memcpy(entry->data, header, header_length);
+    ucp_failover_seq_retain(seq_ep, entry, header_length);
+    ++st->refs;
+    ++st->tx_refs;
+
+    ref             = ucp_failover_seq_entry_ref(entry);
+    ref->user_comp  = comp;
+    ref->status     = UCS_OK;
+    ref->iovcnt     = iovcnt;
+    ref->send_flags = flags;
+    memcpy(ref->iov, iov, iovcnt * sizeof(*iov));
+    ref->iov[iovcnt].buffer = entry->data + header_length;
+    ref->iov[iovcnt].length = UCP_FAILOVER_SEQ_HDR_LEN;
+    ref->iov[iovcnt].memh   = UCT_MEM_HANDLE_NULL;
+    ref->iov[iovcnt].stride = 0;
+    ref->iov[iovcnt].count  = 1;
+
+    /* the user's request waits for the acknowledgement: ask for it, unless
+     * a message on its way asks already (the acknowledgement it brings asks
+     * again for the rest, ucp_failover_seq_release_upto()) */
+    ask           = st->ack_asked ? 0 : UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
+    st->ack_asked = 1;
+    ++seq_ep->busy;
+    if (ucs_likely(st->unsent == NULL)) {
+        ucp_failover_seq_trailer(seq_ep, entry->sn, id,
+                                 entry->data + header_length, 1, ask);
+        status        = ucp_failover_seq_tl_post_ref(seq_ep, entry);
+        if (ucs_unlikely(UCS_STATUS_IS_ERR(status)) && !seq_ep->dead) {
+            /* sent from the backlog: again by reference, or copied */
+            ucp_failover_seq_submit_unsent(seq_ep, entry, status);
+        }
+    } else {
+        /* after the backlog (the trailer's acknowledgement is filled then) */
+        ucp_failover_seq_trailer(seq_ep, entry->sn, id,
+                                 entry->data + header_length, 0, ask);
+        if (!seq_ep->dispatching && !seq_ep->resume_queued) {
+            ucp_failover_seq_kick(seq_ep);
+        }
+    }
+    --seq_ep->busy;
+
+    if ((--entry->comp.count == 0) && ucs_unlikely(entry->seq == NULL)) {
+        /* the endpoint failed in this call and the message was copied, and
+         * no transport reads the user's data: UCP is told it is sent */
+        ref->user_comp = NULL;
+        ucp_failover_seq_ref_free(entry);
+        return UCS_OK;
+    }
+
+    return UCS_INPROGRESS;
+}
+
 static ucs_status_t
 ucp_failover_seq_ep_am_zcopy(uct_ep_h uct_ep, uint8_t id, const void *header,
                              unsigned header_length, const uct_iov_t *iov,
@@ -1303,8 +1679,15 @@ ucp_failover_seq_ep_am_zcopy(uct_ep_h uct_ep, uint8_t id, const void *header,
                                header_length, iov, iovcnt, flags, comp);
     }
 
-    /* the data is copied, so the user's buffer is free at once */
     length = header_length + uct_iov_total_length(iov, iovcnt);
+    if (ucs_likely((length >= seq_ep->ref_thresh) &&
+                   (iovcnt < seq_ep->ref_iov) && (comp != NULL) &&
+                   (seq_ep->stream != NULL))) {
+        return ucp_failover_seq_send_ref(seq_ep, id, header, header_length,
+                                         iov, iovcnt, flags, comp);
+    }
+
+    /* a small message is copied, so the user's buffer is free at once */
     status = ucp_failover_seq_reserve(seq_ep, length, &entry);
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
@@ -1462,6 +1845,7 @@ void ucp_failover_seq_dispatch_schedule(ucp_failover_seq_ep_t *seq_ep)
 void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
                                 ucp_lane_index_t lane)
 {
+    const uct_md_attr_t *md_attr;
     const uct_iface_attr_t *attr;
 
     /* the limits UCP sees are the transport's less the trailer
@@ -1475,6 +1859,18 @@ void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
                           0;
     seq_ep->max_bcopy   = attr->cap.am.max_bcopy + UCP_FAILOVER_SEQ_HDR_LEN;
     seq_ep->retain      = ep->worker->context->config.ext.multirail.retain;
+    seq_ep->ref_thresh  =
+            ep->worker->context->config.ext.multirail.ref_thresh;
+
+    /* sending by reference adds the trailer as an iov element with no
+     * memory handle: for a transport that takes zero-copy messages and
+     * needs no memory handles (UCP is not offered zero copy otherwise,
+     * ucp_failover_iface_attr) */
+    md_attr         = ucp_ep_md_attr(ep, lane);
+    seq_ep->ref_iov = ((attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) &&
+                       !(md_attr->cap.flags & UCT_MD_FLAG_NEED_MEMH)) ?
+                      ucs_min(attr->cap.am.max_iov,
+                              UCP_FAILOVER_SEQ_REF_IOV) : 0;
 }
 
 /*
@@ -1495,6 +1891,13 @@ void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
     ucp_failover_pool_cancel(&seq_ep->pool_waiter);
     if ((st == NULL) || (st->seq_ep != seq_ep)) {
         return;
+    }
+
+    /* what this lane sent by reference goes again as copies (on another
+     * lane, or not at all if the endpoint fails): the users' requests
+     * complete */
+    if (seq_ep->seq != NULL) {
+        ucp_failover_seq_stream_own(seq_ep->seq, st);
     }
 
     st->seq_ep = NULL;

@@ -168,6 +168,8 @@ static struct {
     int          am_striped;  /* AM fragments stripe over lanes: a
                                  multi-fragment message may complete late */
     size_t       am_single_max; /* longest AM payload sent in one fragment */
+    int          print_info;  /* --info: the endpoint's information before
+                                 it is closed */
     uint64_t     inject_seq;
 
     /* state */
@@ -1960,6 +1962,10 @@ static void close_ep(void)
     if (g.ep == NULL) {
         return;
     }
+    if (g.print_info) {
+        /* the endpoint's lanes and sequencing counters, for the test */
+        ucp_ep_print_info(g.ep, stdout);
+    }
     if (g.rkey != NULL) {
         ucp_rkey_destroy(g.rkey);
     }
@@ -2110,6 +2116,8 @@ static void usage(void)
 "                           UCX_MAX_EAGER_RAILS > 1 (and not failover with\n"
 "                           UCX_MULTIRAIL_STRIPE_AM=n), else strict\n"
 "  --am-single-max SIZE     longest AM payload that is one fragment (4k)\n"
+"  --info                   print the endpoint's information (lanes,\n"
+"                           sequencing counters) before closing it\n"
 "  --inject KIND@N          client self-test: skip|dup|swap|corrupt the tag\n"
 "                           message with sequence number N\n");
     exit(4);
@@ -2237,6 +2245,7 @@ int main(int argc, char **argv)
         {"linger", required_argument, 0, 'G'},
         {"am-order", required_argument, 0, 'O'},
         {"am-single-max", required_argument, 0, 'M'},
+        {"info", no_argument, 0, 'P'},
         {0, 0, 0, 0}
     };
     int c, api, any_api = 0, rc;
@@ -2277,6 +2286,7 @@ int main(int argc, char **argv)
         case 'L': g.slow_log = atof(optarg) / 1000.0; break;
         case 'O': g.am_striped = parse_choice(optarg, "strict", "striped"); break;
         case 'M': g.am_single_max = parse_size(optarg); break;
+        case 'P': g.print_info = 1; break;
         case 'I': {
             char *at = strchr(optarg, '@');
             if (at == NULL) {

@@ -69,7 +69,7 @@ protected:
             "FAILOVER", "LINK_EVENTS", "PROBE_INTERVAL", "PROBE_TIMEOUT",
             "REPROBE_INTERVAL",
             "REPROBE_MAX_INTERVAL", "REPROBE_MAX_ATTEMPTS", "RETAIN",
-            "RETAIN_WORKER"
+            "RETAIN_WORKER", "STRIPE_AM", "REF_THRESH"
         };
         return names;
     }
@@ -97,6 +97,7 @@ UCS_TEST_F(test_ucp_multirail_config, defaults) {
     EXPECT_EQ(UCS_ULUNITS_INF, mr.reprobe_max_attempts);
     EXPECT_EQ(1024u * 1024u, mr.retain);
     EXPECT_EQ(256u * 1024u * 1024u, mr.retain_worker);
+    EXPECT_EQ(UCS_MEMUNITS_INF, mr.ref_thresh);
 }
 
 UCS_TEST_F(test_ucp_multirail_config, listed_with_docs) {
@@ -230,6 +231,21 @@ UCS_TEST_F(test_ucp_multirail_config, inconsistent_values) {
     ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_RETAIN_WORKER",
                                     "4m"));
     EXPECT_UCS_OK(try_init(config.get()));
+
+    /* the threshold of sending by reference: a size or "inf", not "auto" */
+    ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_REF_THRESH",
+                                    "auto"));
+    {
+        scoped_log_handler wrap_err(wrap_errors_logger);
+        EXPECT_EQ(UCS_ERR_INVALID_PARAM, try_init(config.get()));
+        EXPECT_TRUE(logged_error_contains("UCX_MULTIRAIL_REF_THRESH"));
+    }
+
+    for (const char *value : {"inf", "0", "64k"}) {
+        ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_REF_THRESH",
+                                        value));
+        EXPECT_EQ(UCS_OK, try_init(config.get())) << value;
+    }
 }
 
 
@@ -1648,6 +1664,245 @@ UCS_TEST_P(test_ucp_multirail_failover, chunk_sent_with_zero_copy,
     exchange(8, 4);
     EXPECT_EQ(0u, m_err_count);
 }
+
+/*
+ * A zero-copy message of UCX_MULTIRAIL_REF_THRESH bytes (here 8k) or more
+ * is sent by reference, on TCP: the worker holds no copy of its data, and its request
+ * completes once the peer has acknowledged it (the sender moving alone
+ * completes none). While the messages wait for their acknowledgements, a
+ * lane may fail: the am lane (the messages go again on the new one, by
+ * reference still, and their requests still wait), or a data lane that
+ * fragments are striped over (UCX_MAX_EAGER_RAILS=2: its stream's messages
+ * are copied, their requests complete, and the copies go again on the am
+ * lane). Every message is delivered once, intact, in order.
+ */
+class test_ucp_multirail_by_reference : public test_ucp_multirail_failover {
+protected:
+    enum { FAIL_NONE, FAIL_AM_LANE, FAIL_DATA_LANE };
+
+    /* how many of @a reqs completed (NULL: at once) */
+    static int requests_done(const std::vector<void*> &reqs)
+    {
+        int done = 0;
+
+        for (void *req : reqs) {
+            done += (req == NULL) ||
+                    (UCS_PTR_IS_PTR(req) &&
+                     (ucp_request_check_status(req) != UCS_INPROGRESS));
+        }
+        return done;
+    }
+
+    /* the sums over the streams of "N by reference (M copied to go again"
+     * in the endpoint's information */
+    static void ref_counts(const std::string &info, unsigned long *refs_p,
+                           unsigned long *copies_p,
+                           unsigned long *retained_p = NULL)
+    {
+        static const std::string what = " copied to go again, ";
+        size_t pos = 0, start;
+        unsigned long refs, copies, retained;
+
+        *refs_p   = 0;
+        *copies_p = 0;
+        if (retained_p != NULL) {
+            *retained_p = 0;
+        }
+        while ((pos = info.find(what, pos)) != std::string::npos) {
+            start = info.rfind(", ", pos);
+            ASSERT_NE(std::string::npos, start) << info;
+            ASSERT_EQ(2, sscanf(info.c_str() + start + 2, "%lu %*[a-z ] (%lu",
+                                &refs, &copies))
+                    << info.substr(start, pos - start);
+            ASSERT_EQ(1, sscanf(info.c_str() + pos + what.size(), "%lu",
+                                &retained)) << info;
+            *refs_p   += refs;
+            *copies_p += copies;
+            if (retained_p != NULL) {
+                *retained_p += retained;
+            }
+            pos += what.size();
+        }
+    }
+
+    void by_reference(int fail, size_t size, int count)
+    {
+        static const ucp_tag_t tg = 0x7a0;
+        ucp_request_param_t param = {};
+        ucp_ep_h ep               = sender().ep();
+        ucp_lane_index_t lane     = UCP_NULL_LANE;
+        std::vector<std::vector<char> > sbufs, rbufs;
+        std::vector<void*> sreqs, rreqs;
+        unsigned long refs, copies, retained;
+        std::string info;
+        uint32_t next;
+        int i;
+
+        skip_unless_tcp();
+        if (fail != FAIL_NONE) {
+            skip_unless_two_lanes();
+        }
+
+        if (fail == FAIL_DATA_LANE) {
+            const ucp_ep_config_key_t &key = ucp_ep_config(ep)->key;
+            for (i = 0; (i < UCP_MAX_LANES) &&
+                        (key.am_bw_lanes[i] != UCP_NULL_LANE); ++i) {
+                if (key.am_bw_lanes[i] != key.am_lane) {
+                    lane = key.am_bw_lanes[i];
+                }
+            }
+            ASSERT_NE(UCP_NULL_LANE, lane) << "fragments do not stripe";
+        } else if (fail == FAIL_AM_LANE) {
+            lane = ucp_ep_get_am_lane(ep);
+        }
+
+        exchange(8, 4);
+        wait_all_acked(&next);
+        for (i = 0; i < count; ++i) {
+            sbufs.push_back(std::vector<char>(size));
+            for (size_t j = 0; j < size; ++j) {
+                sbufs.back()[j] = (char)(j * 13 + i);
+            }
+            rbufs.push_back(std::vector<char>(size, 0));
+            sreqs.push_back(ucp_tag_send_nbx(ep, sbufs[i].data(), size,
+                                             tg + i, &param));
+            ASSERT_TRUE(UCS_PTR_IS_PTR(sreqs.back())) << "message " << i;
+        }
+
+        for (i = 0; i < 100; ++i) {
+            sender().progress();
+        }
+
+        for (i = 0; i < count; ++i) {
+            EXPECT_EQ(UCS_INPROGRESS, ucp_request_check_status(sreqs[i]))
+                    << "message " << i << " completed unacknowledged";
+        }
+        EXPECT_LT(ucp_failover_worker_held(sender().worker()), size)
+                << "the sender holds no copy of the data";
+        ref_counts(ep_info(sender()), &refs, &copies, &retained);
+        EXPECT_GE(refs, (unsigned long)count);
+        EXPECT_EQ(0u, copies);
+        EXPECT_GE(retained, (unsigned long)count);
+
+        if (fail != FAIL_NONE) {
+            fail_lane(sender(), lane);
+            for (i = 0; i < 100; ++i) {
+                sender().progress();
+            }
+            ref_counts(ep_info(sender()), &refs, &copies);
+            if (fail == FAIL_AM_LANE) {
+                /* sent again by reference: nothing copied, nothing
+                 * completed */
+                EXPECT_EQ(0u, copies);
+                for (i = 0; i < count; ++i) {
+                    EXPECT_EQ(UCS_INPROGRESS,
+                              ucp_request_check_status(sreqs[i]))
+                            << "message " << i;
+                }
+            } else {
+                EXPECT_GT(copies, 0u) << ep_info(sender());
+            }
+        }
+
+        for (i = 0; i < count; ++i) {
+            rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(),
+                                             rbufs[i].data(), size, tg + i,
+                                             (ucp_tag_t)-1, &param));
+        }
+        ASSERT_UCS_OK(requests_wait(rreqs));
+        ASSERT_UCS_OK(requests_wait(sreqs));
+        for (i = 0; i < count; ++i) {
+            for (size_t j = 0; j < size; ++j) {
+                ASSERT_EQ((char)(j * 13 + i), rbufs[i][j])
+                        << "message " << i << " byte " << j;
+            }
+        }
+
+        expect_nothing_more(tg, (ucp_tag_t)-16);
+        wait_all_acked(&next);
+        info = ep_info(sender());
+        ref_counts(info, &refs, &copies, &retained);
+        EXPECT_EQ(0u, retained) << info;
+        EXPECT_GE(refs, (unsigned long)count) << info;
+        if (fail != FAIL_NONE) {
+            wait_peer_failed(receiver(), 1);
+        }
+        exchange(size, 2);
+        EXPECT_EQ(0u, m_err_count);
+    }
+};
+
+UCS_TEST_P(test_ucp_multirail_by_reference, acknowledged, "RNDV_THRESH=inf",
+           "ZCOPY_THRESH=4k", "MULTIRAIL_REF_THRESH=8k")
+{
+    by_reference(FAIL_NONE, 32 * UCS_KBYTE, 8);
+}
+
+UCS_TEST_P(test_ucp_multirail_by_reference, am_lane_fails,
+           "RNDV_THRESH=inf", "ZCOPY_THRESH=4k", "MULTIRAIL_REF_THRESH=8k")
+{
+    by_reference(FAIL_AM_LANE, 32 * UCS_KBYTE, 8);
+}
+
+UCS_TEST_P(test_ucp_multirail_by_reference, data_lane_fails,
+           "RNDV_THRESH=inf", "ZCOPY_THRESH=4k", "MAX_EAGER_RAILS=2",
+           "MULTIRAIL_REF_THRESH=8k")
+{
+    by_reference(FAIL_DATA_LANE, 256 * UCS_KBYTE, 4);
+}
+
+/* With UCX_MULTIRAIL_REF_THRESH=inf (the default) every zero-copy message
+ * is copied: the requests complete with the sender alone moving, and the
+ * copies are held until the peer acknowledges them */
+UCS_TEST_P(test_ucp_multirail_by_reference, copied_by_default,
+           "RNDV_THRESH=inf", "ZCOPY_THRESH=4k")
+{
+    static const int count    = 8;
+    static const size_t size  = 32 * UCS_KBYTE;
+    ucp_request_param_t param = {};
+    std::vector<std::vector<char> > sbufs, rbufs;
+    std::vector<void*> sreqs, rreqs;
+    unsigned long refs, copies;
+    uint32_t next;
+    int i;
+
+    skip_unless_tcp();
+    exchange(8, 4);
+    wait_all_acked(&next);
+    for (i = 0; i < count; ++i) {
+        sbufs.push_back(std::vector<char>(size, (char)(i + 1)));
+        rbufs.push_back(std::vector<char>(size, 0));
+        sreqs.push_back(ucp_tag_send_nbx(sender().ep(), sbufs[i].data(), size,
+                                         0x7c0 + i, &param));
+        ASSERT_FALSE(UCS_PTR_IS_ERR(sreqs.back()));
+    }
+
+    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+    while ((requests_done(sreqs) < count) && (ucs_get_time() < deadline)) {
+        sender().progress();
+    }
+    ASSERT_EQ(count, requests_done(sreqs)) << "copies complete at once";
+    EXPECT_GE(ucp_failover_worker_held(sender().worker()), count * size)
+            << "the copies are held until acknowledged";
+    ref_counts(ep_info(sender()), &refs, &copies);
+    EXPECT_EQ(0u, refs);
+
+    for (i = 0; i < count; ++i) {
+        std::fill(sbufs[i].begin(), sbufs[i].end(), 0); /* copied before */
+        rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(), rbufs[i].data(),
+                                         size, 0x7c0 + i, (ucp_tag_t)-1,
+                                         &param));
+    }
+    ASSERT_UCS_OK(requests_wait(sreqs));
+    ASSERT_UCS_OK(requests_wait(rreqs));
+    for (i = 0; i < count; ++i) {
+        EXPECT_TRUE(std::vector<char>(size, (char)(i + 1)) == rbufs[i])
+                << "message " << i;
+    }
+    EXPECT_EQ(0u, m_err_count);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_by_reference, tcp, "tcp")
 
 /*
  * The receiving side of the sequencing: a message that arrives early is held
