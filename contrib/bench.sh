@@ -22,6 +22,8 @@
 #                      message rates of tag_bw and ucp_am_bw, 1 MiB tag_bw,
 #                      64 KiB stream_bw, 8 B tag_lat
 #   MR_BENCH_CALLGRIND=0  skip the instruction count (valgrind)
+#   MR_BENCH_TESTS=T   measurements instead of the set's (lines of
+#                      NAME|VARIANTS|FIELD|TEST SIZE ITERS [ARGS], as below)
 #   MR_BENCH_MRLAT=N   runs of mr_lat (failover off and on in one
 #                      process, alternating batches; default 5; 0: none)
 #
@@ -68,6 +70,9 @@ variant_env() {
         # message fragments kept on the am lane (no data streams)
         pin)   echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=y" \
                     "UCX_MULTIRAIL_STRIPE_AM=n" ;;
+        # zero-copy messages of 8 KiB and more sent by reference
+        ref)   echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=y" \
+                    "UCX_MULTIRAIL_REF_THRESH=8k" ;;
         # an earlier build (MR_BENCH_PREV=its prefix), failover on
         prev)  echo "LD_LIBRARY_PATH=$MR_BENCH_PREV/lib UCX_MULTIRAIL_FAILOVER=y" ;;
     esac
@@ -158,6 +163,11 @@ tag_bw 1 MiB|stock off on|bw|tag_bw 1048576 400
 tag_bw 1 MiB, err mode peer|stock off on pin|bw|tag_bw 1048576 400 -e"
 fi
 
+# MR_BENCH_TESTS: lines of the same form instead (a subset, or others)
+if [ -n "${MR_BENCH_TESTS:-}" ]; then
+    tests=$MR_BENCH_TESTS
+fi
+
 if [ -n "${MR_BENCH_PREV:-}" ]; then
     [ -e "$MR_BENCH_PREV/lib/libucp.so.0" ] ||
         die "MR_BENCH_PREV=$MR_BENCH_PREV has no lib/libucp.so.0"
@@ -187,6 +197,7 @@ vname() {
         off)   echo "ours, failover off" ;;
         on)    echo "ours, failover on" ;;
         pin)   echo "ours, failover on, UCX_MULTIRAIL_STRIPE_AM=n" ;;
+        ref)   echo "ours, failover on, UCX_MULTIRAIL_REF_THRESH=8k" ;;
         prev)  echo "earlier build ($(cat "$MR_BENCH_PREV/COMMIT" 2>/dev/null ||
                                       echo "$MR_BENCH_PREV")), failover on" ;;
     esac
