@@ -380,6 +380,10 @@ void ucp_failover_seq_cleanup(ucp_ep_h ep)
         }
     }
 
+    /* requests of messages sent by reference that left the retention and
+     * wait for progress to complete */
+    ucp_failover_seq_refs_flush(seq);
+
     ucp_failover_pool_unref(seq->pool);
     ucs_free(seq);
     fo->seq = NULL;

@@ -175,6 +175,7 @@ typedef struct ucp_failover_seq_stream {
     size_t                       retained_bytes; /* the buffers of
                                                   'retained' and its chunks */
     uint32_t                     tx_acked;     /* highest ack received */
+    uint32_t                     ack_asked_sn; /* ... up to this one */
     int                          ack_asked;    /* a message asked for an
                                                   ack (ACK_REQ) that has not
                                                   come yet */
@@ -199,6 +200,11 @@ typedef struct ucp_failover_seq_stream {
                                                   lost */
     int                          resend_owed;  /* a RESEND to send (an early
                                                   message was not held) */
+    int                          ack_wanted;   /* the peer asked for an
+                                                  acknowledgement once this
+                                                  side delivers up to
+                                                  rx_ack_wanted */
+    uint32_t                     rx_ack_wanted;
     size_t                       rx_unacked_bytes;
     ucs_list_link_t              held;         /* arrived early, by number */
     uint64_t                     rx_msgs;
@@ -269,6 +275,10 @@ struct ucp_failover_seq {
     uint64_t                  am_ids;      /* ids a message may carry: a
                                               handler of the context's
                                               features, not failover's */
+    /* entries sent by reference that left the retention, whose users'
+     * requests complete from progress (ucp_failover_seq_ref_leave) */
+    ucs_queue_head_t          refs_done;
+    uct_worker_cb_id_t        refs_done_id;
 };
 
 
@@ -419,10 +429,16 @@ void ucp_failover_seq_chunk_detach(ucp_failover_seq_chunk_t *chunk);
 
 
 /** Send a message without data on the am lane: an acknowledgement alone of
- *  what this side received in stream @a st (ACK_ONLY), with @a flags */
+ *  what this side received in stream @a st (ACK_ONLY), with @a flags and
+ *  @a sn (0, or with ACK_REQ the number to acknowledge) */
 ucs_status_t ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
                                              ucp_failover_seq_stream_t *st,
-                                             uint8_t flags);
+                                             uint8_t flags, uint32_t sn);
+
+
+/** The users' requests of messages sent by reference that wait to complete
+ *  from progress complete now (the endpoint goes) */
+void ucp_failover_seq_refs_flush(ucp_failover_seq_t *seq);
 
 
 /** Ask the peer to acknowledge stream @a st at once */

@@ -33,7 +33,7 @@
 ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq,
                                        ucp_failover_seq_stream_t *st)
 {
-    return ucp_failover_seq_send_ack_flags(seq, st, 0);
+    return ucp_failover_seq_send_ack_flags(seq, st, 0, 0);
 }
 
 /* Ask the sender for stream @a st again after what was delivered; until the
@@ -41,9 +41,8 @@ ucs_status_t ucp_failover_seq_send_ack(ucp_failover_seq_t *seq,
 static void ucp_failover_seq_ask_resend(ucp_failover_seq_t *seq,
                                          ucp_failover_seq_stream_t *st)
 {
-    if (ucp_failover_seq_send_ack_flags(seq, st,
-                                        UCP_FAILOVER_SEQ_FLAG_RESEND) ==
-        UCS_OK) {
+    if (ucp_failover_seq_send_ack_flags(seq, st, UCP_FAILOVER_SEQ_FLAG_RESEND,
+                                        0) == UCS_OK) {
         st->resend_owed = 0;
     }
 }
@@ -231,6 +230,14 @@ ucp_failover_seq_deliver_next(ucp_worker_h worker, ucp_failover_seq_t *seq,
         ack_req |= ucp_failover_seq_deliver_held(seq, st);
     }
 
+    if (ucs_unlikely(st->ack_wanted) &&
+        ((int32_t)(ucp_failover_seq_rx_delivered(st) - st->rx_ack_wanted) >=
+         0)) {
+        /* the peer asked for this acknowledgement before it could be */
+        st->ack_wanted = 0;
+        ack_req        = 1;
+    }
+
     *ack_owed_p = ack_req ||
                   ((ucp_failover_seq_rx_delivered(st) - st->rx_ack_sent) >=
                    UCP_FAILOVER_SEQ_ACK_MSGS) ||
@@ -296,9 +303,16 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
         if (ucs_unlikely(hdr.flags & UCP_FAILOVER_SEQ_FLAG_RESEND)) {
             ucp_failover_seq_peer_asks_resend(seq, st);
         } else if (hdr.flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ) {
-            /* the peer waits for an acknowledgement of this stream (its
-             * messages sent by reference): at once */
-            *st_p = st;
+            /* the peer waits for an acknowledgement of this stream up to
+             * hdr.sn (its messages sent by reference): at once if they are
+             * delivered, else as soon as they are (a data stream's messages
+             * come on another lane than the request) */
+            if ((int32_t)(hdr.sn - ucp_failover_seq_rx_delivered(st)) > 0) {
+                st->ack_wanted    = 1;
+                st->rx_ack_wanted = hdr.sn;
+            } else {
+                *st_p = st;
+            }
         }
         return UCS_OK;
     }
@@ -342,9 +356,11 @@ ucp_failover_seq_handler_slow(ucp_worker_h worker, void *data, size_t length,
     ucs_status_t status;
 
     status = ucp_failover_seq_rx(worker, data, length, flags, &seq, &st);
-    if (st != NULL) {
-        /* a batch, a request, or a duplicate (the sender's acks were lost) */
-        ucp_failover_seq_send_ack(seq, st);
+    if ((st != NULL) && (ucp_failover_seq_send_ack(seq, st) != UCS_OK)) {
+        /* a batch, a request, or a duplicate (the sender's acks were lost):
+         * owed, until the lane takes it (the probe rounds) */
+        st->ack_again = 1;
+        ucp_failover_round_want(ucp_failover_ep(seq->ep));
     }
 
     return status;

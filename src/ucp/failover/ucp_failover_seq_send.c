@@ -87,7 +87,9 @@ ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep)
     seq->pool       = (ep->worker->failover != NULL) ?
                       ep->worker->failover->pool : NULL;
     ucp_failover_pool_ref(seq->pool);
-    fo->seq         = seq;
+    ucs_queue_head_init(&seq->refs_done);
+    seq->refs_done_id = UCS_CALLBACKQ_ID_NULL;
+    fo->seq           = seq;
     return seq;
 }
 
@@ -292,7 +294,8 @@ ucp_failover_seq_entry_alloc(ucp_failover_seq_t *seq,
 
 ucs_status_t
 ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
-                                ucp_failover_seq_stream_t *st, uint8_t flags)
+                                ucp_failover_seq_stream_t *st, uint8_t flags,
+                                uint32_t sn)
 {
     ucp_ep_h ep = seq->ep;
     ucp_failover_seq_hdr_t hdr;
@@ -316,7 +319,7 @@ ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
     }
 
     hdr.ep_id  = ucp_ep_remote_id(ep);
-    hdr.sn     = 0;
+    hdr.sn     = sn;
     hdr.ack    = ucp_failover_seq_rx_delivered(st);
     hdr.am_id  = 0;
     hdr.flags  = UCP_FAILOVER_SEQ_FLAG_ACK_ONLY | flags;
@@ -337,17 +340,18 @@ ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
     return status;
 }
 
-/* Ask the peer to acknowledge stream @a st at once (an acknowledgement
- * alone of what we received in it, with ACK_REQ): messages sent by
- * reference wait for it, and none that asks is on its way. Until the request
- * is sent, each probe round tries again. */
+/* Ask the peer to acknowledge stream @a st up to everything sent, at once
+ * or as soon as it has delivered that far (an acknowledgement alone of what
+ * we received in it, with ACK_REQ and the number wanted in 'sn'): messages
+ * sent by reference wait for it, and none that asks is on its way. Until
+ * the request is sent, each probe round tries again. */
 void ucp_failover_seq_ask_ack(ucp_failover_seq_t *seq,
                               ucp_failover_seq_stream_t *st)
 {
-    if (ucp_failover_seq_send_ack_flags(seq, st,
-                                        UCP_FAILOVER_SEQ_FLAG_ACK_REQ) ==
-        UCS_OK) {
-        st->ack_asked = 1;
+    if (ucp_failover_seq_send_ack_flags(seq, st, UCP_FAILOVER_SEQ_FLAG_ACK_REQ,
+                                        st->tx_next - 1) == UCS_OK) {
+        st->ack_asked    = 1;
+        st->ack_asked_sn = st->tx_next - 1;
     } else {
         ucp_failover_round_want(ucp_failover_ep(seq->ep));
     }
@@ -369,17 +373,88 @@ void ucp_failover_seq_ref_free(ucp_failover_seq_entry_t *entry)
     }
 }
 
-/* An entry sent by reference has left its stream's retention (and its
- * count): its user's request completes with @a status now, or when the
- * last transport that reads the user's data is done with it */
-static void ucp_failover_seq_ref_leave(ucp_failover_seq_entry_t *entry,
+/* The hold of an entry sent by reference that left its stream's retention
+ * (ucp_failover_seq_ref_leave) ends: with the last, its user's request
+ * completes */
+static void ucp_failover_seq_ref_unhold(ucp_failover_seq_entry_t *entry)
+{
+    if (--entry->comp.count == 0) {
+        ucp_failover_seq_ref_free(entry);
+    }
+}
+
+/* The users' requests of the entries in seq->refs_done complete, from
+ * progress */
+static unsigned ucp_failover_seq_refs_done_progress(void *arg)
+{
+    ucp_failover_seq_t *seq = arg;
+    ucp_worker_h worker     = seq->ep->worker;
+    ucp_failover_seq_entry_t *entry;
+    ucs_queue_head_t done;
+
+    UCS_ASYNC_BLOCK(&worker->async);
+    seq->refs_done_id = UCS_CALLBACKQ_ID_NULL;
+    ucs_queue_head_init(&done);
+    ucs_queue_splice(&done, &seq->refs_done);
+    /* (a user's callback may destroy the endpoint: nothing of it is used
+     * after the first) */
+    ucs_queue_for_each_extract(entry, &done, queue, 1) {
+        ucp_failover_seq_ref_unhold(entry);
+    }
+    UCS_ASYNC_UNBLOCK(&worker->async);
+    return 1;
+}
+
+void ucp_failover_seq_refs_flush(ucp_failover_seq_t *seq)
+{
+    ucp_failover_seq_entry_t *entry;
+
+    uct_worker_progress_unregister_safe(seq->ep->worker->uct,
+                                        &seq->refs_done_id);
+    ucs_queue_for_each_extract(entry, &seq->refs_done, queue, 1) {
+        ucp_failover_seq_ref_unhold(entry);
+    }
+}
+
+/*
+ * An entry sent by reference has left its stream's retention (and its
+ * count): its user's request completes with @a status when no transport
+ * reads the user's data any more (ucp_failover_seq_comp_cb() then frees
+ * it), and never from inside this call: the request completes from progress
+ * (a user's callback may send on the endpoint, whose state the caller may be
+ * in the middle of changing). The entry holds one count until then.
+ */
+static void ucp_failover_seq_ref_leave(ucp_failover_seq_t *seq,
+                                       ucp_failover_seq_entry_t *entry,
                                        ucs_status_t status)
 {
+    ucp_worker_h worker = seq->ep->worker;
+
     ucp_failover_seq_entry_ref(entry)->status = status;
     entry->seq                                = NULL;
-    if (entry->comp.count == 0) {
-        ucp_failover_seq_ref_free(entry);
-    } /* else ucp_failover_seq_comp_cb() frees it */
+    if (entry->comp.count != 0) {
+        return;
+    }
+
+    ++entry->comp.count;
+    ucs_queue_push(&seq->refs_done, &entry->queue);
+    uct_worker_progress_register_safe(worker->uct,
+                                      ucp_failover_seq_refs_done_progress, seq,
+                                      UCS_CALLBACKQ_FLAG_ONESHOT,
+                                      &seq->refs_done_id);
+    ucp_worker_signal_internal(worker);
+}
+
+/* An entry sent by reference leaves @a st's retention (already unlinked from
+ * its queue) */
+static void ucp_failover_seq_ref_unretain(ucp_failover_seq_t *seq,
+                                          ucp_failover_seq_stream_t *st,
+                                          ucp_failover_seq_entry_t *entry)
+{
+    st->retained_bytes  -= entry->held;
+    seq->retained_bytes -= entry->held;
+    ucp_failover_seq_held_changed(seq);
+    --st->refs;
 }
 
 /* A copy of the message of @a entry, sent by reference, as an ordinary
@@ -421,17 +496,21 @@ ucp_failover_seq_ref_copy(ucp_failover_seq_t *seq,
 
 /*
  * The messages of @a st sent by reference that are retained are copied, to
- * be sent again on whatever lane takes the stream (the user's memory handle
- * is of the old lane's), and their users' requests complete: the copies
- * take their places in the retention. One that finds no memory stays as it
- * is. On the failure path only (a lane failed, or the peer asks for the
- * stream again).
+ * be sent again on a lane that cannot send them by reference (the user's
+ * memory handle is of the old lane's domain), and their users' requests
+ * complete: the copies take their places in the retention, while it holds
+ * less than its bound (the rest stay as they are, and wait). With
+ * @a drop_status an error, they are dropped instead (the endpoint failed)
+ * and their requests complete with it. The failure path only.
  */
 static void ucp_failover_seq_stream_own(ucp_failover_seq_t *seq,
-                                        ucp_failover_seq_stream_t *st)
+                                        ucp_failover_seq_stream_t *st,
+                                        ucs_status_t drop_status)
 {
     ucp_failover_seq_entry_t *entry, *copy;
     ucs_queue_head_t retained, refs;
+    int unsent_dropped = 0;
+    uint32_t unsent_sn = 0;
 
     if (st->refs == 0) {
         return;
@@ -440,28 +519,45 @@ static void ucp_failover_seq_stream_own(ucp_failover_seq_t *seq,
     ucs_queue_head_init(&retained);
     ucs_queue_head_init(&refs);
     ucs_queue_for_each_extract(entry, &st->retained, queue, 1) {
-        if ((entry->chunk == NULL) &&
-            (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF) &&
-            ((copy = ucp_failover_seq_ref_copy(seq, st, entry)) != NULL)) {
-            if (st->unsent == entry) {
-                st->unsent = copy;
-            }
-
-            st->retained_bytes  -= entry->held;
-            seq->retained_bytes -= entry->held;
-            ucp_failover_seq_held_changed(seq);
-            --st->refs;
-            ++st->tx_ref_copies;
-            ucs_queue_push(&refs, &entry->queue);
-            entry = copy;
+        copy = NULL;
+        if ((entry->chunk != NULL) ||
+            !(entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF) ||
+            ((drop_status == UCS_OK) &&
+             ((seq->retained_bytes >= seq->retain) ||
+              ((copy = ucp_failover_seq_ref_copy(seq, st, entry)) ==
+               NULL)))) {
+            ucs_queue_push(&retained, &entry->queue);
+            continue;
         }
 
-        ucs_queue_push(&retained, &entry->queue);
+        if (st->unsent == entry) {
+            unsent_dropped = (copy == NULL);
+            unsent_sn      = entry->sn;
+            st->unsent     = copy;
+        }
+
+        if (copy != NULL) {
+            ++st->tx_ref_copies;
+            ucs_queue_push(&retained, &copy->queue);
+        }
+
+        ucp_failover_seq_ref_unretain(seq, st, entry);
+        ucs_queue_push(&refs, &entry->queue);
     }
 
     ucs_queue_splice(&st->retained, &retained);
+    if (unsent_dropped) {
+        /* the first unsent one was dropped: the next one is */
+        ucs_queue_for_each(entry, &st->retained, queue) {
+            if ((int32_t)(entry->sn - unsent_sn) > 0) {
+                st->unsent = entry;
+                break;
+            }
+        }
+    }
+
     ucs_queue_for_each_extract(entry, &refs, queue, 1) {
-        ucp_failover_seq_ref_leave(entry, UCS_OK);
+        ucp_failover_seq_ref_leave(seq, entry, drop_status);
     }
 }
 
@@ -473,11 +569,12 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
                                    uint32_t ack)
 {
     ucp_failover_seq_entry_t *entry;
-    ucs_queue_head_t refs;
 
-    ucs_queue_head_init(&refs);
-    st->tx_acked  = ack;
-    st->ack_asked = 0;
+    st->tx_acked = ack;
+    if ((int32_t)(ack - st->ack_asked_sn) >= 0) {
+        /* the request for an acknowledgement is answered */
+        st->ack_asked = 0;
+    }
     while (!ucs_queue_is_empty(&st->retained)) {
         entry = ucs_queue_head_elem_non_empty(&st->retained,
                                               ucp_failover_seq_entry_t, queue);
@@ -497,9 +594,9 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
             seq->retained_bytes -= entry->held;
             ucp_failover_seq_held_changed(seq);
             if (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF) {
-                /* its user's request completes after the loop */
+                /* its user's request completes (from progress) */
                 --st->refs;
-                ucs_queue_push(&refs, &entry->queue);
+                ucp_failover_seq_ref_leave(seq, entry, UCS_OK);
                 continue;
             }
         }
@@ -519,15 +616,10 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
     }
 
     /* messages sent by reference after the one that asked wait for an
-     * acknowledgement too */
-    if (ucs_unlikely(st->refs != 0)) {
+     * acknowledgement too (those not sent yet ask when they go) */
+    if (ucs_unlikely(st->refs != 0) && !st->ack_asked &&
+        (st->unsent == NULL)) {
         ucp_failover_seq_ask_ack(seq, st);
-    }
-
-    /* the requests of messages sent by reference complete when the state is
-     * whole again: their callbacks may send */
-    ucs_queue_for_each_extract(entry, &refs, queue, 1) {
-        ucp_failover_seq_ref_leave(entry, UCS_OK);
     }
 }
 
@@ -564,7 +656,8 @@ void ucp_failover_seq_window_check(ucp_failover_seq_t *seq)
  */
 static UCS_F_ALWAYS_INLINE uint8_t
 ucp_failover_seq_ack_take(ucp_failover_seq_ep_t *seq_ep,
-                          ucp_failover_seq_stream_t *st, uint32_t *ack_p)
+                          ucp_failover_seq_stream_t *st, uint32_t sn,
+                          uint32_t *ack_p)
 {
     ucp_failover_seq_t *seq = seq_ep->seq;
     uint32_t ack            = ucp_failover_seq_rx_delivered(&seq->main);
@@ -582,7 +675,8 @@ ucp_failover_seq_ack_take(ucp_failover_seq_ep_t *seq_ep,
         return 0;
     }
 
-    st->ack_asked = 1;
+    st->ack_asked    = 1;
+    st->ack_asked_sn = sn;
     return UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
 }
 
@@ -606,7 +700,7 @@ static void ucp_failover_seq_hdr_fill(ucp_failover_seq_ep_t *seq_ep,
     /* a request for an acknowledgement written when the transport did not
      * take the message stays: it is the stream's one (ack_asked) */
     memcpy(&old_flags, &hdr->flags, sizeof(old_flags));
-    flags = ucp_failover_seq_ack_take(seq_ep, st, &ack) |
+    flags = ucp_failover_seq_ack_take(seq_ep, st, entry->sn, &ack) |
             (old_flags & UCP_FAILOVER_SEQ_FLAG_ACK_REQ);
     memcpy(&hdr->ack, &ack, sizeof(ack));
     memcpy(&hdr->flags, &flags, sizeof(flags));
@@ -743,17 +837,20 @@ ucp_failover_seq_tl_send_ref(ucp_failover_seq_ep_t *seq_ep,
         ucp_failover_seq_hdr_fill(seq_ep, st, entry);
         if (!st->ack_asked && (entry->comp.count == 0)) {
             /* a request for an acknowledgement may be lost with a lane */
-            hdr->flags    |= UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
-            st->ack_asked  = 1;
+            hdr->flags       |= UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
+            st->ack_asked     = 1;
+            st->ack_asked_sn  = entry->sn;
         }
         return ucp_failover_seq_tl_post_ref(seq_ep, entry);
     }
 
-    ucp_failover_seq_stream_own(seq_ep->seq, st);
+    /* (the users' requests of the copies complete from progress: the
+     * backlog this runs in stays as it is) */
+    ucp_failover_seq_stream_own(seq_ep->seq, st, UCS_OK);
     entry = st->unsent;
     if ((entry->chunk == NULL) && (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF)) {
-        ucs_diag("ep %p: no memory to copy message %u:%u to send it again, "
-                 "it waits", seq_ep->super.ucp_ep, st->id, entry->sn);
+        ucs_diag("ep %p: no room or memory to copy message %u:%u to send it "
+                 "again, it waits", seq_ep->super.ucp_ep, st->id, entry->sn);
         return UCS_ERR_NO_RESOURCE;
     }
 
@@ -1207,11 +1304,13 @@ ucp_failover_seq_trailer(ucp_failover_seq_ep_t *seq_ep, uint32_t sn,
     hdr.am_id  = am_id;
     hdr.stream = st->id;
     if (ucs_likely(ack_now)) {
-        hdr.flags = ucp_failover_seq_ack_take(seq_ep, st, &ack) | flags;
+        hdr.flags = ucp_failover_seq_ack_take(seq_ep, st, sn, &ack) | flags;
         hdr.ack   = ack;
     } else {
+        /* an acknowledgement that may be old when it goes (cumulative: it
+         * is still true), not counted as sent */
         hdr.flags = flags;
-        hdr.ack   = 0;
+        hdr.ack   = ucp_failover_seq_rx_delivered(&seq_ep->seq->main);
     }
 
     memcpy(dest, &hdr, sizeof(hdr));
@@ -1630,8 +1729,14 @@ ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
     /* the user's request waits for the acknowledgement: ask for it, unless
      * a message on its way asks already (the acknowledgement it brings asks
      * again for the rest, ucp_failover_seq_release_upto()) */
-    ask           = st->ack_asked ? 0 : UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
-    st->ack_asked = 1;
+    if (!st->ack_asked) {
+        ask              = UCP_FAILOVER_SEQ_FLAG_ACK_REQ;
+        st->ack_asked    = 1;
+        st->ack_asked_sn = entry->sn;
+    } else {
+        ask = 0;
+    }
+
     ++seq_ep->busy;
     if (ucs_likely(st->unsent == NULL)) {
         ucp_failover_seq_trailer(seq_ep, entry->sn, id,
@@ -1652,11 +1757,13 @@ ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
     --seq_ep->busy;
 
     if ((--entry->comp.count == 0) && ucs_unlikely(entry->seq == NULL)) {
-        /* the endpoint failed in this call and the message was copied, and
-         * no transport reads the user's data: UCP is told it is sent */
+        /* it left the retention in this call (copied, or dropped: the
+         * endpoint failed), and no transport reads the user's data: UCP is
+         * told the outcome now */
+        status         = ref->status;
         ref->user_comp = NULL;
         ucp_failover_seq_ref_free(entry);
-        return UCS_OK;
+        return status;
     }
 
     return UCS_INPROGRESS;
@@ -1882,6 +1989,7 @@ void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
 void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
 {
     ucp_failover_seq_stream_t *st = seq_ep->stream;
+    uint8_t id;
 
     if ((seq_ep->seq != NULL) && (seq_ep->seq->seq_ep == seq_ep)) {
         seq_ep->seq->seq_ep = NULL;
@@ -1893,11 +2001,20 @@ void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
         return;
     }
 
-    /* what this lane sent by reference goes again as copies (on another
-     * lane, or not at all if the endpoint fails): the users' requests
-     * complete */
-    if (seq_ep->seq != NULL) {
-        ucp_failover_seq_stream_own(seq_ep->seq, st);
+    /* The endpoint fails: what its streams sent by reference will not go
+     * again, and the users' requests complete with an error (from
+     * progress), as a transport's zero-copy sends that a failed endpoint
+     * cancels. (A lane that fails alone keeps them: the am lane's wrapper
+     * sends them again, by reference where it can.) */
+    if ((seq_ep->seq != NULL) &&
+        (seq_ep->seq->ep->flags & UCP_EP_FLAG_FAILED)) {
+        for (id = 0; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+            if (seq_ep->seq->streams[id] != NULL) {
+                ucp_failover_seq_stream_own(seq_ep->seq,
+                                            seq_ep->seq->streams[id],
+                                            UCS_ERR_CANCELED);
+            }
+        }
     }
 
     st->seq_ep = NULL;

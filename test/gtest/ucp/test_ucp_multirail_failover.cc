@@ -1673,12 +1673,28 @@ UCS_TEST_P(test_ucp_multirail_failover, chunk_sent_with_zero_copy,
  * lane may fail: the am lane (the messages go again on the new one, by
  * reference still, and their requests still wait), or a data lane that
  * fragments are striped over (UCX_MAX_EAGER_RAILS=2: its stream's messages
- * are copied, their requests complete, and the copies go again on the am
- * lane). Every message is delivered once, intact, in order.
+ * go again on the am lane, by reference too). Nothing is copied; every
+ * message is delivered once, intact, in order. The acknowledgements come
+ * when asked for, not with the probe rounds (made 10 s apart here).
  */
 class test_ucp_multirail_by_reference : public test_ucp_multirail_failover {
 protected:
     enum { FAIL_NONE, FAIL_AM_LANE, FAIL_DATA_LANE };
+
+    /* "sent N (M sent again" after @a what in @a info: M */
+    static unsigned long resent(const std::string &info,
+                                const std::string &what)
+    {
+        unsigned long sent = 0, again = 0;
+        size_t pos         = info.find(what);
+
+        if ((pos == std::string::npos) ||
+            (sscanf(info.c_str() + pos + what.size(), "sent %lu (%lu", &sent,
+                    &again) != 2)) {
+            return 0;
+        }
+        return again;
+    }
 
     /* how many of @a reqs completed (NULL: at once) */
     static int requests_done(const std::vector<void*> &reqs)
@@ -1743,6 +1759,8 @@ protected:
             skip_unless_two_lanes();
         }
 
+        ucs_time_t test_start = ucs_get_time();
+
         if (fail == FAIL_DATA_LANE) {
             const ucp_ep_config_key_t &key = ucp_ep_config(ep)->key;
             for (i = 0; (i < UCP_MAX_LANES) &&
@@ -1789,19 +1807,18 @@ protected:
             for (i = 0; i < 100; ++i) {
                 sender().progress();
             }
-            ref_counts(ep_info(sender()), &refs, &copies);
-            if (fail == FAIL_AM_LANE) {
-                /* sent again by reference: nothing copied, nothing
-                 * completed */
-                EXPECT_EQ(0u, copies);
-                for (i = 0; i < count; ++i) {
-                    EXPECT_EQ(UCS_INPROGRESS,
-                              ucp_request_check_status(sreqs[i]))
-                            << "message " << i;
-                }
-            } else {
-                EXPECT_GT(copies, 0u) << ep_info(sender());
+            /* sent again by reference: nothing copied, nothing
+             * completed */
+            info = ep_info(sender());
+            ref_counts(info, &refs, &copies);
+            EXPECT_EQ(0u, copies) << info;
+            for (i = 0; i < count; ++i) {
+                EXPECT_EQ(UCS_INPROGRESS, ucp_request_check_status(sreqs[i]))
+                        << "message " << i;
             }
+            EXPECT_GE(resent(info, (fail == FAIL_AM_LANE) ? "sequenced on: "
+                                   : "(via the am lane): "), 1u)
+                    << info;
         }
 
         for (i = 0; i < count; ++i) {
@@ -1809,8 +1826,11 @@ protected:
                                              rbufs[i].data(), size, tg + i,
                                              (ucp_tag_t)-1, &param));
         }
+        ucs_time_t start = ucs_get_time();
         ASSERT_UCS_OK(requests_wait(rreqs));
         ASSERT_UCS_OK(requests_wait(sreqs));
+        /* asked for: well before a probe round (10 s) */
+        EXPECT_LT(ucs_time_to_sec(ucs_get_time() - start), 5.0);
         for (i = 0; i < count; ++i) {
             for (size_t j = 0; j < size; ++j) {
                 ASSERT_EQ((char)(j * 13 + i), rbufs[i][j])
@@ -1829,26 +1849,80 @@ protected:
         }
         exchange(size, 2);
         EXPECT_EQ(0u, m_err_count);
+        /* every acknowledgement asked for: none waited for a probe round */
+        EXPECT_LT(ucs_time_to_sec(ucs_get_time() - test_start), 8.0);
     }
 };
 
-UCS_TEST_P(test_ucp_multirail_by_reference, acknowledged, "RNDV_THRESH=inf",
-           "ZCOPY_THRESH=4k", "MULTIRAIL_REF_THRESH=8k")
+#define UCP_BY_REF_CONFIG "RNDV_THRESH=inf", "ZCOPY_THRESH=4k", \
+    "MULTIRAIL_REF_THRESH=8k", "MULTIRAIL_PROBE_INTERVAL=10s", \
+    "MULTIRAIL_PROBE_TIMEOUT=30s"
+
+UCS_TEST_P(test_ucp_multirail_by_reference, acknowledged, UCP_BY_REF_CONFIG)
 {
-    by_reference(FAIL_NONE, 32 * UCS_KBYTE, 8);
+    /* 3 x 16 KiB: under the receiver's own batch (32 messages, 64 KiB), so
+     * only a request acknowledges them soon */
+    by_reference(FAIL_NONE, 16 * UCS_KBYTE, 3);
 }
 
-UCS_TEST_P(test_ucp_multirail_by_reference, am_lane_fails,
-           "RNDV_THRESH=inf", "ZCOPY_THRESH=4k", "MULTIRAIL_REF_THRESH=8k")
+UCS_TEST_P(test_ucp_multirail_by_reference, am_lane_fails, UCP_BY_REF_CONFIG)
 {
-    by_reference(FAIL_AM_LANE, 32 * UCS_KBYTE, 8);
+    by_reference(FAIL_AM_LANE, 16 * UCS_KBYTE, 3);
 }
 
-UCS_TEST_P(test_ucp_multirail_by_reference, data_lane_fails,
-           "RNDV_THRESH=inf", "ZCOPY_THRESH=4k", "MAX_EAGER_RAILS=2",
-           "MULTIRAIL_REF_THRESH=8k")
+UCS_TEST_P(test_ucp_multirail_by_reference, data_lane_fails, UCP_BY_REF_CONFIG,
+           "MAX_EAGER_RAILS=2")
 {
     by_reference(FAIL_DATA_LANE, 256 * UCS_KBYTE, 4);
+}
+
+/* The endpoint fails (its last lane) while messages sent by reference wait
+ * for their acknowledgements: their requests complete with an error, as
+ * zero-copy sends a failed endpoint cancels, and none hangs */
+UCS_TEST_P(test_ucp_multirail_by_reference, endpoint_fails, UCP_BY_REF_CONFIG)
+{
+    static const int count    = 8;
+    static const size_t size  = 32 * UCS_KBYTE;
+    ucp_request_param_t param = {};
+    std::vector<std::vector<char> > sbufs;
+    std::vector<void*> sreqs;
+    uint32_t next;
+    int i;
+
+    skip_unless_tcp();
+    skip_unless_two_lanes();
+    if (err_mode_none()) {
+        UCS_TEST_SKIP_R("no error callback in err mode none");
+    }
+
+    exchange(8, 4);
+    wait_all_acked(&next);
+    fail_lane(sender(), data_lane(sender().ep()));
+    wait_peer_failed(receiver(), 1);
+    for (i = 0; i < count; ++i) {
+        sbufs.push_back(std::vector<char>(size, (char)i));
+        sreqs.push_back(ucp_tag_send_nbx(sender().ep(), sbufs[i].data(), size,
+                                         0x7e0 + i, &param));
+        ASSERT_TRUE(UCS_PTR_IS_PTR(sreqs.back())) << "message " << i;
+    }
+    for (i = 0; i < 100; ++i) {
+        sender().progress();
+    }
+    EXPECT_EQ(0, requests_done(sreqs));
+
+    scoped_log_handler wrap_err(wrap_errors_logger);
+    fail_lane(sender(), ucp_ep_get_am_lane(sender().ep()));
+    wait_for_flag(&m_err_count);
+    EXPECT_EQ(1u, m_err_count);
+    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+    while ((requests_done(sreqs) < count) && (ucs_get_time() < deadline)) {
+        sender().progress();
+    }
+    for (i = 0; i < count; ++i) {
+        EXPECT_EQ(UCS_ERR_CANCELED, ucp_request_check_status(sreqs[i]))
+                << "message " << i;
+        ucp_request_free(sreqs[i]);
+    }
 }
 
 /* With UCX_MULTIRAIL_REF_THRESH=inf (the default) every zero-copy message
