@@ -361,6 +361,30 @@ void ucp_failover_seq_ask_ack(ucp_failover_seq_t *seq,
  * Messages sent by reference
  */
 
+/* @a st retains @a delta bytes more (negative: fewer) in buffers of its
+ * own */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_held_add(ucp_failover_seq_t *seq,
+                          ucp_failover_seq_stream_t *st, ssize_t delta)
+{
+    st->retained_bytes  += delta;
+    seq->retained_bytes += delta;
+    st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
+    ucp_failover_seq_held_changed(seq);
+}
+
+
+/* Copy a UCT iov array to @a dest (UCP passes contiguous elements) */
+static void ucp_failover_seq_iov_copy(void *dest, const uct_iov_t *iov,
+                                      size_t iovcnt, size_t length)
+{
+    ucs_iov_iter_t iter;
+
+    ucs_iov_iter_init(&iter);
+    uct_iov_to_buffer(iov, iovcnt, &iter, dest, length);
+}
+
+
 void ucp_failover_seq_ref_free(ucp_failover_seq_entry_t *entry)
 {
     ucp_failover_seq_ref_t *ref = ucp_failover_seq_entry_ref(entry);
@@ -451,9 +475,7 @@ static void ucp_failover_seq_ref_unretain(ucp_failover_seq_t *seq,
                                           ucp_failover_seq_stream_t *st,
                                           ucp_failover_seq_entry_t *entry)
 {
-    st->retained_bytes  -= entry->held;
-    seq->retained_bytes -= entry->held;
-    ucp_failover_seq_held_changed(seq);
+    ucp_failover_seq_held_add(seq, st, -(ssize_t)entry->held);
     --st->refs;
 }
 
@@ -469,7 +491,6 @@ ucp_failover_seq_ref_copy(ucp_failover_seq_t *seq,
     size_t header_length        = entry->length - UCP_FAILOVER_SEQ_HDR_LEN;
     size_t payload              = uct_iov_total_length(ref->iov, ref->iovcnt);
     ucp_failover_seq_entry_t *copy;
-    ucs_iov_iter_t iter;
 
     copy = ucp_failover_seq_entry_alloc(seq, st, header_length + payload);
     if (copy == NULL) {
@@ -477,18 +498,14 @@ ucp_failover_seq_ref_copy(ucp_failover_seq_t *seq,
     }
 
     memcpy(copy->data, entry->data, header_length);
-    ucs_iov_iter_init(&iter);
-    uct_iov_to_buffer(ref->iov, ref->iovcnt, &iter,
-                      copy->data + header_length, payload);
+    ucp_failover_seq_iov_copy(copy->data + header_length, ref->iov,
+                              ref->iovcnt, payload);
     memcpy(copy->data + header_length + payload, entry->data + header_length,
            UCP_FAILOVER_SEQ_HDR_LEN);
     copy->sn     = entry->sn;
     copy->length = header_length + payload + UCP_FAILOVER_SEQ_HDR_LEN;
     if (copy->held != 0) {
-        st->retained_bytes  += copy->held;
-        seq->retained_bytes += copy->held;
-        st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
-        ucp_failover_seq_held_changed(seq);
+        ucp_failover_seq_held_add(seq, st, copy->held);
     }
 
     return copy;
@@ -1472,16 +1489,6 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
     entry = ucp_failover_seq_chunk_entry(seq_ep->seq, chunk, size);
     ucp_failover_seq_number(st, entry, sizeof(header) + length);
     return ucp_failover_seq_post_new(seq_ep, entry, id);
-}
-
-/* Copy a UCT iov array to @a dest (UCP passes contiguous elements) */
-static void ucp_failover_seq_iov_copy(void *dest, const uct_iov_t *iov,
-                                      size_t iovcnt, size_t length)
-{
-    ucs_iov_iter_t iter;
-
-    ucs_iov_iter_init(&iter);
-    uct_iov_to_buffer(iov, iovcnt, &iter, dest, length);
 }
 
 static ucs_status_t
