@@ -152,6 +152,23 @@ mr_expect_eq() {
     [ "$got" = "$want" ] || mr_fail "$what: expected $want, got '$got'"
 }
 
+# mr_expect_byref: the checkers' endpoint information (mr_check --info) in
+# MR_DIR/{client,server}.out: the client (whose traffic has the large
+# messages) sent messages by reference, and neither side still holds one
+mr_expect_byref() {
+    local role refs left
+    for role in client server; do
+        refs=$(sed -n 's/.* \([0-9][0-9]*\) sent by reference (.*/\1/p' \
+            "$MR_DIR/$role.out" | head -1)
+        left=$(sed -n 's/.* sent by reference ([0-9]* copied to go again, \([0-9]*\) retained).*/\1/p' \
+            "$MR_DIR/$role.out" | head -1)
+        mr_note+=" ${role}_by_ref=${refs:-none} ${role}_ref_left=${left:-none}"
+        [ "$role" = server ] || [ "${refs:-0}" -ge 1 ] ||
+            mr_fail "$role sent nothing by reference"
+        [ "${left:-1}" = 0 ] || mr_fail "$role still holds messages by reference"
+    done
+}
+
 # Both RESULT lines clean: status ok, nothing lost/duplicated/reordered/
 # corrupted, no error callback, no hang
 mr_expect_clean() {

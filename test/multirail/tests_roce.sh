@@ -325,7 +325,7 @@ t_roce_link_cut() {
     local t_restore dev=rxe$2 back tx_after
     mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
     mr_roce_pair_start "$tag" y "$dur" -- --conn "$conn" --err-mode "$mode" \
-        --apis "$apis" ||
+        --apis "$apis" ${MR_ROCE_CHECK_ARGS[@]+"${MR_ROCE_CHECK_ARGS[@]}"} ||
         { mr_fail "server did not listen"; mr_roce_pair_wait "$tag" "$dur";
           return 0; }
     mr_roce_wait_traffic "$tag" || mr_fail "no traffic"
@@ -352,6 +352,22 @@ t_roce_link_cut() {
     [ "$tx_after" -gt 100000 ] ||
         mr_fail "rail $rail carried $tx_after bytes after it healed (+3 s)"
     mr_note="eth$((rail + 1))_tx_after_heal=$tx_after"
+}
+
+# t_roce_byref GUEST RAIL CONN ERRMODE: t_roce_link_cut with zero-copy
+# messages of 4 KiB and more sent by reference (UCX_MULTIRAIL_REF_THRESH=4k;
+# UCP's eager zero copy from 4 KiB, rendezvous from 256 KiB, so the
+# checker's 8 KiB and 64 KiB messages are RC zero-copy fragments, their
+# trailers from registered buffers); both sides print their endpoint's
+# information before closing it: the client (whose traffic has the large
+# messages) sent messages by reference, and neither side holds one at the
+# end
+t_roce_byref() {
+    local MR_ROCE_EXTRA_ENV="UCX_MULTIRAIL_REF_THRESH=4k UCX_ZCOPY_THRESH=4k"
+    MR_ROCE_EXTRA_ENV+=" UCX_RNDV_THRESH=256k"
+    local MR_ROCE_CHECK_ARGS=(--info)
+    t_roce_link_cut "$@"
+    mr_expect_byref
 }
 
 # mr_roce_end_client: the checker's client in guest a ends its traffic now,
@@ -614,7 +630,8 @@ t_roce_tx_hold() {
 # failing on the initiator (worker address, PEER) and on the target
 # (NONE), the am lane failing on the initiator (PEER), on the target (NONE)
 # and on the target of client/server endpoints (PEER); the wireup lane's;
-# a fatal device error (injected: rxe never reports one); and UCT's RC
+# a fatal device error (injected: rxe never reports one); messages sent by
+# reference (trailers from registered buffers); and UCT's RC
 # endpoints destroyed one after another while rxe never reports their QP's
 # last WQE (patch 0058), and a keepalive check of a full send queue
 # (patch 0060). Left out: the cases that work on a TCP socket and
@@ -631,6 +648,7 @@ MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_traffic.*/10'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_wireup_lane.*/0'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_wireup_lane.*/2'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_detect_ib.*'
+MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_by_reference.*'
 MR_ROCE_GTEST_FILTER+=':rc_verbs/test_rc_last_wqe*'
 MR_ROCE_GTEST_FILTER+=':rc_verbs/test_rc_check_full*'
 MR_ROCE_GTEST_FILTER+='-*socket_error_mid_zcopy*:*request_waits_on_new_am*'
@@ -698,6 +716,8 @@ mr_roce_all() {
     # two RoCE rails + the CM on TCP, one wire unplugged mid-stream, then
     # plugged back
     mr_roce_run roce_reported_case_link_r1_a t_roce_link_cut a 1 sockaddr peer
+    # the same with messages sent by reference, the am lane's rail (r0)
+    mr_roce_run roce_byref_link_r0_a t_roce_byref a 0 sockaddr peer
     # the am lane's rail, on the other side; it also carries the RMA lane:
     # RMA put/get in flight are sent again (patch 0039); atomics are
     # messages on the sequenced am lane (a failover worker offers no device

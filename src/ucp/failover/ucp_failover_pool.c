@@ -22,6 +22,15 @@
  * the pool counts references: the worker's, each user's (a sequencing state)
  * and each buffer handed out; the last one released destroys it.
  *
+ * Registered buffers. A message sent by reference on a transport whose
+ * memory domain needs memory handles (RDMA) sends its trailer from its
+ * entry, so the entry must be in registered memory: those entries come
+ * from a pool of their own (one size, UCP_FAILOVER_POOL_REG_SIZE), whose
+ * chunks are allocated and registered on every memory domain by
+ * ucp_mem_map() when they are created (never per message), each element
+ * followed by the memory handle of its chunk. It exists only when
+ * messages are sent by reference and some memory domain needs handles.
+ *
  * Not thread safe: used from the worker's progress and under its async lock,
  * as the rest of the module.
  */
@@ -31,6 +40,10 @@
 #endif
 
 #include "ucp_failover_pool.h"
+
+#include <ucp/core/ucp_context.h>
+#include <ucp/core/ucp_mm.h>
+#include <ucp/core/ucp_worker.h>
 
 #include <ucs/arch/bitops.h>
 #include <ucs/arch/cpu.h>
@@ -53,6 +66,113 @@ static ucs_mpool_ops_t ucp_failover_pool_ops = {
     .obj_cleanup   = NULL,
     .obj_str       = NULL
 };
+
+/* A chunk of registered buffers: its memory handle, then the elements */
+static ucs_status_t
+ucp_failover_pool_reg_chunk_alloc(ucs_mpool_t *mp, size_t *size_p,
+                                  void **chunk_p)
+{
+    ucp_failover_pool_t *pool = *(ucp_failover_pool_t**)ucs_mpool_priv(mp);
+    ucp_mem_map_params_t params;
+    ucp_mem_h memh, *hdr;
+    ucs_status_t status;
+
+    params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS |
+                        UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                        UCP_MEM_MAP_PARAM_FIELD_FLAGS;
+    params.address    = NULL;
+    params.length     = *size_p + sizeof(*hdr);
+    params.flags      = UCP_MEM_MAP_ALLOCATE;
+    status            = ucp_mem_map(pool->context, &params, &memh);
+    if (status != UCS_OK) {
+        ucs_diag("cannot allocate registered failover buffers (%zu bytes): "
+                 "%s", params.length, ucs_status_string(status));
+        return status;
+    }
+
+    hdr      = ucp_memh_address(memh);
+    *hdr     = memh;
+    *chunk_p = hdr + 1;
+    *size_p  = ucp_memh_length(memh) - sizeof(*hdr);
+    return UCS_OK;
+}
+
+static void ucp_failover_pool_reg_chunk_release(ucs_mpool_t *mp, void *chunk)
+{
+    ucp_failover_pool_t *pool = *(ucp_failover_pool_t**)ucs_mpool_priv(mp);
+
+    ucp_mem_unmap(pool->context, *((ucp_mem_h*)chunk - 1));
+}
+
+static void
+ucp_failover_pool_reg_obj_init(ucs_mpool_t *mp, void *obj, void *chunk)
+{
+    *(ucp_mem_h*)UCS_PTR_BYTE_OFFSET(obj, UCP_FAILOVER_POOL_REG_SIZE) =
+            *((ucp_mem_h*)chunk - 1);
+}
+
+static ucs_mpool_ops_t ucp_failover_pool_reg_ops = {
+    .chunk_alloc   = ucp_failover_pool_reg_chunk_alloc,
+    .chunk_release = ucp_failover_pool_reg_chunk_release,
+    .obj_init      = ucp_failover_pool_reg_obj_init,
+    .obj_cleanup   = NULL,
+    .obj_str       = NULL
+};
+
+int ucp_failover_pool_reg_wanted(ucp_context_h context)
+{
+    ucp_md_map_t md_map = context->reg_md_map[UCS_MEMORY_TYPE_HOST];
+    ucp_md_index_t md_index;
+
+    if (context->config.ext.multirail.ref_thresh == UCS_MEMUNITS_INF) {
+        return 0;
+    }
+
+    ucs_for_each_bit(md_index, md_map) {
+        if (context->tl_mds[md_index].attr.cap.flags &
+            UCT_MD_FLAG_NEED_MEMH) {
+            return 1;
+        }
+    }
+
+    return 0;
+}
+
+void *ucp_failover_pool_get_reg(ucp_failover_pool_t *pool, size_t size,
+                                size_t *held_p)
+{
+    void *buf;
+
+    if ((pool == NULL) || !pool->reg_ok ||
+        (size > UCP_FAILOVER_POOL_REG_SIZE)) {
+        return NULL;
+    }
+
+    buf = ucs_mpool_get_inline(&pool->reg);
+    if (ucs_unlikely(buf == NULL)) {
+        /* no more registered memory: from now on the messages are copied
+         * (ucp_failover_seq_send_ref) instead of trying each time */
+        ucs_diag("failover pool %p: no registered buffers, zero-copy "
+                 "messages are copied from now on", pool);
+        pool->reg_ok = 0;
+        pool->reg_failed = 1;
+        return NULL;
+    }
+
+    *held_p     = UCP_FAILOVER_POOL_REG_SIZE + sizeof(ucp_mem_h);
+    pool->held += *held_p;
+    ++pool->refcount;
+    return buf;
+}
+
+uct_mem_h ucp_failover_pool_memh(const void *buf, unsigned md_index)
+{
+    ucp_mem_h memh = *(const ucp_mem_h*)UCS_PTR_BYTE_OFFSET(
+            buf, UCP_FAILOVER_POOL_REG_SIZE);
+
+    return (memh->md_map & UCS_BIT(md_index)) ? memh->uct[md_index] :
+                                                UCT_MEM_HANDLE_NULL;
+}
 
 ucp_failover_pool_t *ucp_failover_pool_create(ucp_worker_h worker,
                                               size_t limit)
@@ -96,6 +216,25 @@ ucp_failover_pool_t *ucp_failover_pool_create(ucp_worker_h worker,
         }
     }
 
+    pool->context = (worker != NULL) ? worker->context : NULL;
+    if ((pool->context != NULL) &&
+        ucp_failover_pool_reg_wanted(pool->context)) {
+        /* 16 buffers a chunk; the first when the first is taken */
+        status = ucs_mpool_init(&pool->reg, sizeof(pool),
+                                UCP_FAILOVER_POOL_REG_SIZE + sizeof(ucp_mem_h),
+                                0, UCS_SYS_CACHE_LINE_SIZE, 16, UINT_MAX,
+                                &ucp_failover_pool_reg_ops,
+                                "failover_reg_buffers");
+        if (status == UCS_OK) {
+            *(ucp_failover_pool_t**)ucs_mpool_priv(&pool->reg) = pool;
+            pool->reg_ok                                       = 1;
+        } else {
+            /* messages are then copied */
+            ucs_diag("worker %p: no registered failover buffers: %s", worker,
+                     ucs_status_string(status));
+        }
+    }
+
     pool->refcount = 1;
     pool->limit    = limit;
     pool->half     = limit / 2;
@@ -126,6 +265,9 @@ void ucp_failover_pool_destroy(ucp_failover_pool_t *pool)
     ucs_assertv(pool->held == 0, "pool %p held %zu", pool, pool->held);
     ucs_assert(ucs_list_is_empty(&pool->waiters));
     ucs_mpool_set_cleanup(&pool->buffers, 1);
+    if (pool->reg_ok || pool->reg_failed) {
+        ucs_mpool_cleanup(&pool->reg, 1);
+    }
     ucs_free(pool);
 }
 

@@ -20,6 +20,7 @@
 #include <ucs/datastruct/mpool_set.inl>
 #include <ucs/sys/compiler_def.h>
 #include <ucs/sys/math.h>
+#include <uct/api/uct_def.h>
 
 #include <stddef.h>
 
@@ -33,6 +34,10 @@ BEGIN_C_DECLS
 #define UCP_FAILOVER_POOL_MIN     64
 #define UCP_FAILOVER_POOL_MAX     (64 * 1024)
 #define UCP_FAILOVER_POOL_SLACK   128
+
+/* A registered buffer (ucp_failover_pool_get_reg) holds this much; the
+ * handle of the memory it is in follows it, in the element */
+#define UCP_FAILOVER_POOL_REG_SIZE 1016
 
 
 /**
@@ -54,11 +59,16 @@ typedef struct ucp_failover_pool {
     unsigned        refcount; /* the owner's, users', and one per buffer */
     ucs_list_link_t waiters;  /* ucp_failover_pool_waiter_t */
     ucs_mpool_set_t buffers;  /* each mpool's priv: this pool */
+    ucp_context_h   context;
+    int             reg_ok;   /* registered buffers are handed out */
+    int             reg_failed; /* they were, until one was not there */
+    ucs_mpool_t     reg;      /* registered buffers; priv: this pool */
 } ucp_failover_pool_t;
 
 
 /**
- * Create the buffers of @a worker (which is named in errors only), with one
+ * Create the buffers of @a worker (named in errors; its context's memory
+ * domains register the registered buffers; NULL: none), with one
  * reference: the worker's. Users that keep the pool take one of their own
  * (ucp_failover_pool_ref); each buffer handed out holds one until it is put
  * back. Users wait while it holds @a limit bytes or more
@@ -71,6 +81,32 @@ void *ucp_failover_pool_get_slow(ucp_failover_pool_t *pool, size_t size,
                                  size_t *held_p);
 void ucp_failover_pool_put_slow(void *buf, size_t held);
 void ucp_failover_pool_wake(ucp_failover_pool_t *pool);
+
+
+/**
+ * Whether the pools of @a context's workers have registered buffers: for
+ * the messages sent by reference (UCX_MULTIRAIL_REF_THRESH) on transports
+ * whose memory domains need memory handles (RDMA).
+ */
+int ucp_failover_pool_reg_wanted(ucp_context_h context);
+
+
+/**
+ * A buffer of at least @a size bytes (UCP_FAILOVER_POOL_REG_SIZE at most) in
+ * memory registered on every memory domain of the context that registers
+ * (ucp_failover_pool_memh), and in @a held_p the bytes it holds; NULL if the
+ * pool has none (not wanted, too large, or no memory: then never again). Put it back with
+ * ucp_failover_pool_put().
+ */
+void *ucp_failover_pool_get_reg(ucp_failover_pool_t *pool, size_t size,
+                                size_t *held_p);
+
+
+/**
+ * The memory handle on memory domain @a md_index of a buffer from
+ * ucp_failover_pool_get_reg(), UCT_MEM_HANDLE_NULL if it has none there.
+ */
+uct_mem_h ucp_failover_pool_memh(const void *buf, unsigned md_index);
 
 
 /** Wait for @a pool to hold less than its limit (no-op if waiting) */

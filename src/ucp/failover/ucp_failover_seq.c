@@ -607,19 +607,26 @@ void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
     ucp_context_h context = worker->context;
     const size_t hdr_len  = UCP_FAILOVER_SEQ_HDR_LEN;
     ucp_md_index_t md_index;
+    int need_memh;
 
     if (!ucp_failover_is_enabled(context)) {
         return;
     }
 
     /* A zero-copy send is sent by reference with its trailer as one more
-     * iov element with no memory handle (ucp_failover_seq_send_ref), or
-     * copied and posted from the copy with none (small ones, and messages
-     * sent again). A transport whose memory domain needs one (RDMA) cannot
-     * take that: UCP sends its large active messages as bcopy fragments
-     * instead, a copy as well */
-    md_index = context->tl_rscs[rsc_index].md_index;
-    if (context->tl_mds[md_index].attr.cap.flags & UCT_MD_FLAG_NEED_MEMH) {
+     * iov element (ucp_failover_seq_send_ref), or copied and posted from the
+     * copy (small ones, and messages sent again). A transport whose memory
+     * domain needs memory handles (RDMA) takes the trailer from a registered
+     * buffer, which exists only when messages are sent by reference
+     * (UCX_MULTIRAIL_REF_THRESH); else UCP sends its large active messages
+     * as bcopy fragments, a copy as well. There a copy (a message smaller
+     * than the threshold, or one sent again on another lane: the user's
+     * memory handle is of the first lane's device) is sent as bcopy, so a
+     * zero-copy message must fit one with the header and trailer. */
+    md_index  = context->tl_rscs[rsc_index].md_index;
+    need_memh = !!(context->tl_mds[md_index].attr.cap.flags &
+                   UCT_MD_FLAG_NEED_MEMH);
+    if (need_memh && !ucp_failover_pool_reg_wanted(context)) {
         attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
     }
 
@@ -638,6 +645,19 @@ void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
     if (attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) {
         if (attr->cap.am.max_zcopy > (hdr_len + attr->cap.am.max_hdr)) {
             attr->cap.am.max_zcopy -= hdr_len + attr->cap.am.max_hdr;
+        } else {
+            attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
+        }
+    }
+
+    /* ... and a copy must fit a bcopy message where it cannot be sent with
+     * zero copy (max_bcopy is the trailer's less already) */
+    if (need_memh && (attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY)) {
+        if ((attr->cap.flags & UCT_IFACE_FLAG_AM_BCOPY) &&
+            (attr->cap.am.max_bcopy > attr->cap.am.max_hdr)) {
+            attr->cap.am.max_zcopy = ucs_min(attr->cap.am.max_zcopy,
+                                             attr->cap.am.max_bcopy -
+                                             attr->cap.am.max_hdr);
         } else {
             attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
         }

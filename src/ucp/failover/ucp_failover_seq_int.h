@@ -132,7 +132,8 @@ typedef struct {
     ucs_status_t     status;     /* what user_comp gets */
     uint32_t         iovcnt;     /* the user's iov elements */
     unsigned         send_flags; /* UCP's flags of the send */
-    uint32_t         pad;
+    uint32_t         md;         /* memory domain of the memory handles in
+                                    iov[] (UCP_NULL_RESOURCE: none) */
     uct_iov_t        iov[];      /* the user's, then the trailer's */
 } ucp_failover_seq_ref_t;
 
@@ -247,8 +248,12 @@ typedef struct ucp_failover_seq_ep {
     size_t             ref_thresh;    /* UCX_MULTIRAIL_REF_THRESH */
     size_t             ref_iov;       /* a zero-copy message of fewer iov
                                          elements is sent by reference; 0:
-                                         never (the transport needs memory
-                                         handles, or has no zero copy) */
+                                         never (the transport has no zero
+                                         copy, or needs memory handles and
+                                         there are no registered buffers) */
+    ucp_md_index_t     ref_md;        /* the transport's memory domain if
+                                         it needs memory handles, else
+                                         UCP_NULL_RESOURCE */
 } ucp_failover_seq_ep_t;
 
 

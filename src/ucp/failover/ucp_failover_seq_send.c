@@ -832,8 +832,9 @@ static ucs_status_t ucp_failover_seq_tl_send(ucp_failover_seq_ep_t *seq_ep,
 
 /* Send again a message of @a st sent by reference, the backlog's first
  * (*entry_p): by reference again if the wrapper's transport can (with no
- * memory handle: that of the user's is of the lane it was sent on first),
- * else as a copy, which takes its place (*entry_p); UCS_ERR_NO_RESOURCE if
+ * memory handles if it needs none; else only on the memory domain the
+ * user's handles are of: that of the lane it was sent on first), else as a
+ * copy, which takes its place (*entry_p); UCS_ERR_NO_RESOURCE if
  * there is no memory for the copy (the backlog waits) */
 static UCS_F_NOINLINE ucs_status_t
 ucp_failover_seq_tl_send_ref(ucp_failover_seq_ep_t *seq_ep,
@@ -846,9 +847,14 @@ ucp_failover_seq_tl_send_ref(ucp_failover_seq_ep_t *seq_ep,
             entry->data, entry->length - UCP_FAILOVER_SEQ_HDR_LEN);
     uint32_t i;
 
-    if (ref->iovcnt < seq_ep->ref_iov) {
-        for (i = 0; i < ref->iovcnt; ++i) {
-            ref->iov[i].memh = UCT_MEM_HANDLE_NULL;
+    if ((ref->iovcnt < seq_ep->ref_iov) &&
+        ((seq_ep->ref_md == UCP_NULL_RESOURCE) ||
+         (seq_ep->ref_md == ref->md))) {
+        if (seq_ep->ref_md == UCP_NULL_RESOURCE) {
+            for (i = 0; i <= ref->iovcnt; ++i) {
+                ref->iov[i].memh = UCT_MEM_HANDLE_NULL;
+            }
+            ref->md = UCP_NULL_RESOURCE;
         }
 
         ucp_failover_seq_hdr_fill(seq_ep, st, entry);
@@ -1674,7 +1680,9 @@ static ssize_t ucp_failover_seq_ep_am_bcopy(uct_ep_h uct_ep, uint8_t id,
  * when the peer has acknowledged the message, which it is asked to do at
  * once, and no transport reads the data any more; meanwhile the message can
  * be sent again from the user's buffer. Returns UCS_INPROGRESS: UCP counts
- * the completion, as it does for a transport.
+ * the completion, as it does for a transport; UCS_ERR_UNSUPPORTED if the
+ * transport needs memory handles and there is no registered buffer for the
+ * trailer (the caller copies the message).
  */
 static UCS_F_NOINLINE ucs_status_t
 ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
@@ -1691,20 +1699,26 @@ ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
     ucp_failover_seq_ref_t *ref;
     ucs_status_t status;
     uint8_t ask;
-    size_t held;
+    size_t held, size;
 
     status = ucp_failover_seq_admit(seq_ep);
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
     }
 
-    entry = ucp_failover_pool_get(seq->pool,
-                                  ucs_offsetof(ucp_failover_seq_entry_t,
-                                               data) +
-                                  hdr_space + sizeof(*ref) +
-                                  ((iovcnt + 1) * sizeof(*iov)), &held);
-    if (ucs_unlikely(entry == NULL)) {
-        return ucp_failover_seq_no_memory(seq_ep, header_length);
+    size = ucs_offsetof(ucp_failover_seq_entry_t, data) + hdr_space +
+           sizeof(*ref) + ((iovcnt + 1) * sizeof(*iov));
+    if (seq_ep->ref_md == UCP_NULL_RESOURCE) {
+        entry = ucp_failover_pool_get(seq->pool, size, &held);
+        if (ucs_unlikely(entry == NULL)) {
+            return ucp_failover_seq_no_memory(seq_ep, header_length);
+        }
+    } else {
+        /* the trailer goes from registered memory; without it, copied */
+        entry = ucp_failover_pool_get_reg(seq->pool, size, &held);
+        if (ucs_unlikely(entry == NULL)) {
+            return UCS_ERR_UNSUPPORTED;
+        }
     }
 
     /* the count holds one for this call: the user's completion never comes
@@ -1726,10 +1740,13 @@ ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
     ref->status     = UCS_OK;
     ref->iovcnt     = iovcnt;
     ref->send_flags = flags;
+    ref->md         = seq_ep->ref_md;
     memcpy(ref->iov, iov, iovcnt * sizeof(*iov));
     ref->iov[iovcnt].buffer = entry->data + header_length;
     ref->iov[iovcnt].length = UCP_FAILOVER_SEQ_HDR_LEN;
-    ref->iov[iovcnt].memh   = UCT_MEM_HANDLE_NULL;
+    ref->iov[iovcnt].memh   = (seq_ep->ref_md == UCP_NULL_RESOURCE) ?
+                              UCT_MEM_HANDLE_NULL :
+                              ucp_failover_pool_memh(entry, seq_ep->ref_md);
     ref->iov[iovcnt].stride = 0;
     ref->iov[iovcnt].count  = 1;
 
@@ -1797,8 +1814,11 @@ ucp_failover_seq_ep_am_zcopy(uct_ep_h uct_ep, uint8_t id, const void *header,
     if (ucs_likely((length >= seq_ep->ref_thresh) &&
                    (iovcnt < seq_ep->ref_iov) && (comp != NULL) &&
                    (seq_ep->stream != NULL))) {
-        return ucp_failover_seq_send_ref(seq_ep, id, header, header_length,
-                                         iov, iovcnt, flags, comp);
+        status = ucp_failover_seq_send_ref(seq_ep, id, header, header_length,
+                                           iov, iovcnt, flags, comp);
+        if (ucs_likely(status != UCS_ERR_UNSUPPORTED)) {
+            return status;
+        }
     }
 
     /* a small message is copied, so the user's buffer is free at once */
@@ -1976,13 +1996,15 @@ void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
     seq_ep->ref_thresh  =
             ep->worker->context->config.ext.multirail.ref_thresh;
 
-    /* sending by reference adds the trailer as an iov element with no
-     * memory handle: for a transport that takes zero-copy messages and
-     * needs no memory handles (UCP is not offered zero copy otherwise,
-     * ucp_failover_iface_attr) */
+    /* sending by reference adds the trailer as an iov element: with no
+     * memory handle where the transport needs none, else from a registered
+     * buffer (UCP is offered zero copy only then, ucp_failover_iface_attr) */
     md_attr         = ucp_ep_md_attr(ep, lane);
+    seq_ep->ref_md  = (md_attr->cap.flags & UCT_MD_FLAG_NEED_MEMH) ?
+                      ucp_ep_md_index(ep, lane) : UCP_NULL_RESOURCE;
     seq_ep->ref_iov = ((attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) &&
-                       !(md_attr->cap.flags & UCT_MD_FLAG_NEED_MEMH)) ?
+                       ((seq_ep->ref_md == UCP_NULL_RESOURCE) ||
+                        ucp_failover_pool_reg_wanted(ep->worker->context))) ?
                       ucs_min(attr->cap.am.max_iov,
                               UCP_FAILOVER_SEQ_REF_IOV) : 0;
 }
