@@ -30,6 +30,14 @@
 # Usage: contrib/bench_roce_healthy.sh [ROUNDS]     (default 3; 0: the
 #        degraded part only)
 #        MR_RHB_DEGRADED_ROUNDS=N  degraded rounds (default 2)
+#        MR_RHB_VARIANTS="stock off on ref"  the healthy part's variants
+#                  (default "stock off on"; ref: failover on, zero-copy
+#                  messages of 4 KiB and more sent by reference,
+#                  UCX_MULTIRAIL_REF_THRESH=4k UCX_ZCOPY_THRESH=4k)
+#        MR_RHB_TESTS='LABEL|FIELD|PERFTEST ARGS' lines: the healthy part's
+#                  measurements instead of the default three
+#        MR_RHB_ENV="UCX_...=..."  more environment for every variant
+#                  (e.g. UCX_RNDV_THRESH=256k: 64 KiB messages eager)
 # Results: build/bench-roce-healthy/ (raw.txt, table.md, perftest logs)
 #
 set -eEu -o pipefail
@@ -64,7 +72,11 @@ variant_env() {
         off)   echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=n" ;;
         on)    echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=y" \
                     "UCX_MULTIRAIL_PROBE_TIMEOUT=$MR_ROCE_PROBE_TIMEOUT" ;;
+        ref)   echo "$(variant_env on) UCX_MULTIRAIL_REF_THRESH=4k" \
+                    "UCX_ZCOPY_THRESH=4k" ;;
+        *)     die "unknown variant $1" ;;
     esac
+    echo "${MR_RHB_ENV:-}"
 }
 
 # run_pt NAME VARIANT DEVS TEST SIZE ITERS: one perftest pair; the client's
@@ -102,14 +114,14 @@ final() {
 mr_roce_boot || die "the guests did not boot"
 
 # --- healthy, interleaved
-tests="tag_bw 1 MiB|bw|tag_bw 1048576 150
+tests=${MR_RHB_TESTS:-"tag_bw 1 MiB|bw|tag_bw 1048576 150
 tag_bw 8 B rate|rate|tag_bw 8 50000
-tag_lat 8 B|lat|tag_lat 8 400"
+tag_lat 8 B|lat|tag_lat 8 400"}
 for ((r = 1; r <= rounds; r++)); do
     tno=0
     while IFS='|' read -r label field args; do
         tno=$((tno + 1))
-        for v in stock off on; do
+        for v in ${MR_RHB_VARIANTS:-stock off on}; do
             name=h$r-$tno-$v
             # shellcheck disable=SC2086
             if run_pt "$name" "$v" rxe0:1,rxe1:1 $args; then
@@ -208,6 +220,20 @@ median() {
         if (n == 0) { print "nan"; exit }
         print (n % 2) ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2 }'
 }
+# variant_stats TEST VARIANT...: med[VARIANT] and rng[VARIANT] (min..max)
+# of the healthy part's measurement number TEST over the rounds
+declare -A med=() rng=()
+variant_stats() {
+    local t=$1 v vals
+    shift
+    for v in "$@"; do
+        vals=$(awk -v v="$v" -v t="$t" \
+               '$1 == "healthy" && $2 == v && $4 == t { print $5 }' "$raw")
+        med[$v]=$(median <<<"$vals")
+        rng[$v]=$(sort -g <<<"$vals" | awk 'NR == 1 { a = $1 } { b = $1 }
+                  END { print a ".." b }')
+    done
+}
 {
     echo "ucx_perftest in the soft-RoCE guests, rc_verbs on 2 rails, wireup"
     echo "over tcp (eth0), err mode peer; median of $rounds rounds (min..max)"
@@ -217,20 +243,27 @@ median() {
     tno=0
     while IFS='|' read -r label field args; do
         tno=$((tno + 1))
-        declare -A med=() rng=()
-        for v in stock off on; do
-            vals=$(awk -v v="$v" -v t="$tno" \
-                   '$1 == "healthy" && $2 == v && $4 == t { print $5 }' "$raw")
-            med[$v]=$(median <<<"$vals")
-            rng[$v]=$(sort -g <<<"$vals" | awk 'NR == 1 { a = $1 } { b = $1 }
-                      END { print a ".." b }')
-        done
+        variant_stats "$tno" stock off on
         awk -v l="$label" -v s="${med[stock]}" -v o="${med[off]}" \
             -v n="${med[on]}" -v rs="${rng[stock]}" -v ro="${rng[off]}" \
             -v rn="${rng[on]}" 'BEGIN {
             printf "| %s | %s (%s) | %s (%s) | %s (%s) | %.3f | %.3f |\n",
                 l, s, rs, o, ro, n, rn, (s > 0 ? o / s : 0), (o > 0 ? n / o : 0) }'
     done <<<"$tests"
+    if [[ " ${MR_RHB_VARIANTS:-} " == *" ref "* ]]; then
+        echo
+        echo "| measurement | failover on, by reference | by reference / off | by reference / on |"
+        echo "|---|---|---|---|"
+        tno=0
+        while IFS='|' read -r label field args; do
+            tno=$((tno + 1))
+            variant_stats "$tno" off on ref
+            awk -v l="$label" -v o="${med[off]}" -v n="${med[on]}" \
+                -v f="${med[ref]}" -v rf="${rng[ref]}" 'BEGIN {
+                printf "| %s | %s (%s) | %.3f | %.3f |\n", l, f, rf,
+                    (o > 0 ? f / o : 0), (n > 0 ? f / n : 0) }'
+        done <<<"$tests"
+    fi
     echo
     one=$(awk '$1 == "degraded" && $2 == "one" { print $5 }' "$raw" | median)
     cutm=$(awk '$1 == "degraded" && $2 == "cut" { print $5 }' "$raw" | median)

@@ -107,6 +107,8 @@ static void ucp_failover_pool_reg_chunk_release(ucs_mpool_t *mp, void *chunk)
 static void
 ucp_failover_pool_reg_obj_init(ucs_mpool_t *mp, void *obj, void *chunk)
 {
+    /* (the handle after the buffer is aligned) */
+    UCS_STATIC_ASSERT((UCP_FAILOVER_POOL_REG_SIZE % sizeof(void*)) == 0);
     *(ucp_mem_h*)UCS_PTR_BYTE_OFFSET(obj, UCP_FAILOVER_POOL_REG_SIZE) =
             *((ucp_mem_h*)chunk - 1);
 }
@@ -136,6 +138,13 @@ int ucp_failover_pool_reg_wanted(ucp_context_h context)
     }
 
     return 0;
+}
+
+int ucp_failover_pool_reg_covers(ucp_context_h context,
+                                 ucp_md_index_t md_index)
+{
+    return ucp_failover_pool_reg_wanted(context) &&
+           (context->reg_md_map[UCS_MEMORY_TYPE_HOST] & UCS_BIT(md_index));
 }
 
 void *ucp_failover_pool_get_reg(ucp_failover_pool_t *pool, size_t size,

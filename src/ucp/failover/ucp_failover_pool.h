@@ -12,6 +12,7 @@
 #define UCP_FAILOVER_POOL_H_
 
 #include <ucp/api/ucp_def.h>
+#include <ucp/core/ucp_types.h>
 #include <ucs/arch/bitops.h>
 #include <ucs/datastruct/list.h>
 #include <ucs/datastruct/mpool.h>
@@ -89,6 +90,14 @@ void ucp_failover_pool_wake(ucp_failover_pool_t *pool);
  * whose memory domains need memory handles (RDMA).
  */
 int ucp_failover_pool_reg_wanted(ucp_context_h context);
+
+
+/**
+ * Whether the registered buffers of @a context's workers, if any, have a
+ * memory handle on memory domain @a md_index.
+ */
+int ucp_failover_pool_reg_covers(ucp_context_h context,
+                                 ucp_md_index_t md_index);
 
 
 /**

@@ -618,15 +618,16 @@ void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
      * copy (small ones, and messages sent again). A transport whose memory
      * domain needs memory handles (RDMA) takes the trailer from a registered
      * buffer, which exists only when messages are sent by reference
-     * (UCX_MULTIRAIL_REF_THRESH); else UCP sends its large active messages
-     * as bcopy fragments, a copy as well. There a copy (a message smaller
+     * (UCX_MULTIRAIL_REF_THRESH) and are registered on the transport's
+     * memory domain; else UCP sends its large active messages as bcopy
+     * fragments, a copy as well. There a copy (a message smaller
      * than the threshold, or one sent again on another lane: the user's
      * memory handle is of the first lane's device) is sent as bcopy, so a
      * zero-copy message must fit one with the header and trailer. */
     md_index  = context->tl_rscs[rsc_index].md_index;
     need_memh = !!(context->tl_mds[md_index].attr.cap.flags &
                    UCT_MD_FLAG_NEED_MEMH);
-    if (need_memh && !ucp_failover_pool_reg_wanted(context)) {
+    if (need_memh && !ucp_failover_pool_reg_covers(context, md_index)) {
         attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
     }
 
@@ -659,6 +660,13 @@ void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
                                              attr->cap.am.max_bcopy -
                                              attr->cap.am.max_hdr);
         } else {
+            attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
+        }
+
+        /* none could be sent by reference: UCP would register the user's
+         * buffers only for the wrapper to copy them */
+        if (context->config.ext.multirail.ref_thresh >
+            (attr->cap.am.max_zcopy + attr->cap.am.max_hdr)) {
             attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
         }
     }

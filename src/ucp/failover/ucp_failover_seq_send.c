@@ -1697,9 +1697,18 @@ ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
                                                       8);
     ucp_failover_seq_entry_t *entry;
     ucp_failover_seq_ref_t *ref;
+    uct_mem_h trailer_memh = UCT_MEM_HANDLE_NULL;
     ucs_status_t status;
     uint8_t ask;
     size_t held, size;
+
+    /* the largest entry, with a header of 64 bytes, fits a registered
+     * buffer (a larger one is copied) */
+    UCS_STATIC_ASSERT(ucs_offsetof(ucp_failover_seq_entry_t, data) + 64 +
+                      UCP_FAILOVER_SEQ_HDR_LEN + 8 +
+                      sizeof(ucp_failover_seq_ref_t) +
+                      (UCP_FAILOVER_SEQ_REF_IOV * sizeof(uct_iov_t)) <=
+                      UCP_FAILOVER_POOL_REG_SIZE);
 
     status = ucp_failover_seq_admit(seq_ep);
     if (ucs_unlikely(status != UCS_OK)) {
@@ -1717,6 +1726,12 @@ ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
         /* the trailer goes from registered memory; without it, copied */
         entry = ucp_failover_pool_get_reg(seq->pool, size, &held);
         if (ucs_unlikely(entry == NULL)) {
+            return UCS_ERR_UNSUPPORTED;
+        }
+
+        trailer_memh = ucp_failover_pool_memh(entry, seq_ep->ref_md);
+        if (ucs_unlikely(trailer_memh == UCT_MEM_HANDLE_NULL)) {
+            ucp_failover_pool_put(entry, held);
             return UCS_ERR_UNSUPPORTED;
         }
     }
@@ -1744,9 +1759,7 @@ ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
     memcpy(ref->iov, iov, iovcnt * sizeof(*iov));
     ref->iov[iovcnt].buffer = entry->data + header_length;
     ref->iov[iovcnt].length = UCP_FAILOVER_SEQ_HDR_LEN;
-    ref->iov[iovcnt].memh   = (seq_ep->ref_md == UCP_NULL_RESOURCE) ?
-                              UCT_MEM_HANDLE_NULL :
-                              ucp_failover_pool_memh(entry, seq_ep->ref_md);
+    ref->iov[iovcnt].memh   = trailer_memh;
     ref->iov[iovcnt].stride = 0;
     ref->iov[iovcnt].count  = 1;
 
@@ -2004,7 +2017,8 @@ void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
                       ucp_ep_md_index(ep, lane) : UCP_NULL_RESOURCE;
     seq_ep->ref_iov = ((attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) &&
                        ((seq_ep->ref_md == UCP_NULL_RESOURCE) ||
-                        ucp_failover_pool_reg_wanted(ep->worker->context))) ?
+                        ucp_failover_pool_reg_covers(ep->worker->context,
+                                                     seq_ep->ref_md))) ?
                       ucs_min(attr->cap.am.max_iov,
                               UCP_FAILOVER_SEQ_REF_IOV) : 0;
 }

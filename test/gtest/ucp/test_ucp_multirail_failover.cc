@@ -1692,9 +1692,35 @@ protected:
 
     bool rc_lanes()
     {
-        return !strncmp(ucp_ep_get_tl_rsc(sender().ep(),
-                                          data_lane(sender().ep()))->tl_name,
-                        "rc", 2);
+        ucp_ep_h ep = sender().ep();
+        ucp_lane_index_t lane = data_lane(ep);
+
+        if (lane == UCP_NULL_LANE) {
+            lane = ucp_ep_get_am_lane(ep);
+        }
+        return !strncmp(ucp_ep_get_tl_rsc(ep, lane)->tl_name, "rc", 2);
+    }
+
+    /* whether every other lane of the sender's endpoint than @a lane that
+     * could take its messages (an active-message or bandwidth lane, not
+     * the keepalive/wireup lane) is of another memory domain: a message
+     * sent by reference goes again as a copy there (the user's memory
+     * handles are of @a lane's domain); of the same domain, by reference */
+    bool others_on_other_md(ucp_lane_index_t lane)
+    {
+        static const ucp_lane_type_mask_t types =
+                UCS_BIT(UCP_LANE_TYPE_AM) | UCS_BIT(UCP_LANE_TYPE_AM_BW) |
+                UCS_BIT(UCP_LANE_TYPE_RMA_BW);
+        ucp_ep_h ep                    = sender().ep();
+        const ucp_ep_config_key_t &key = ucp_ep_config(ep)->key;
+
+        for (ucp_lane_index_t l = 0; l < ucp_ep_num_lanes(ep); ++l) {
+            if ((l != lane) && (key.lanes[l].lane_types & types) &&
+                (ucp_ep_md_index(ep, l) == ucp_ep_md_index(ep, lane))) {
+                return false;
+            }
+        }
+        return true;
     }
 
     /* "sent N (M sent again" after @a what in @a info: M */
@@ -1768,6 +1794,7 @@ protected:
         unsigned long refs, copies, retained;
         std::string info;
         uint32_t next;
+        bool copied;
         int i;
 
         skip_unless_tcp_or_rc();
@@ -1823,15 +1850,16 @@ protected:
         EXPECT_GE(retained, (unsigned long)count);
 
         if (fail != FAIL_NONE) {
+            /* over RC the user's memory handles are of the failed lane's
+             * device: what goes again on another device's lane is copied */
+            copied = rc_lanes() && others_on_other_md(lane);
             fail_lane(sender(), lane);
             for (i = 0; i < 100; ++i) {
                 sender().progress();
             }
             info = ep_info(sender());
             ref_counts(info, &refs, &copies);
-            if (rc_lanes()) {
-                /* the user's memory handles are of the failed lane's
-                 * device: what goes again is copied */
+            if (copied) {
                 EXPECT_GE(copies, 1u) << info;
             } else {
                 /* sent again by reference: nothing copied, nothing
@@ -1910,7 +1938,6 @@ UCS_TEST_P(test_ucp_multirail_by_reference, data_lane_fails, UCP_BY_REF_CONFIG,
 UCS_TEST_P(test_ucp_multirail_by_reference, endpoint_fails, UCP_BY_REF_CONFIG)
 {
     static const int count    = 8;
-    static const size_t size  = 32 * UCS_KBYTE;
     ucp_request_param_t param = {};
     std::vector<std::vector<char> > sbufs;
     std::vector<void*> sreqs;
@@ -1922,6 +1949,11 @@ UCS_TEST_P(test_ucp_multirail_by_reference, endpoint_fails, UCP_BY_REF_CONFIG)
     if (err_mode_none()) {
         UCS_TEST_SKIP_R("no error callback in err mode none");
     }
+
+    /* over RC one fragment each (8 KiB less the headers): a message of
+     * several could reach the receiver in part, and a receive matched to
+     * it would never complete */
+    const size_t size = rc_lanes() ? (6 * UCS_KBYTE) : (32 * UCS_KBYTE);
 
     exchange(8, 4);
     wait_all_acked(&next);
@@ -1954,7 +1986,7 @@ UCS_TEST_P(test_ucp_multirail_by_reference, endpoint_fails, UCP_BY_REF_CONFIG)
 
     /* what reached the receiver before the failure (RC's lanes deliver
      * them; their acknowledgements were lost with the lanes) is taken:
-     * whole and intact, or not at all */
+     * whole and intact (one fragment each), or not at all */
     std::vector<std::vector<char> > rbufs(count, std::vector<char>(size));
     std::vector<void*> rreqs;
     for (i = 0; i < count; ++i) {
@@ -2036,6 +2068,36 @@ UCS_TEST_P(test_ucp_multirail_by_reference, copied_by_default,
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_by_reference, tcp, "tcp")
 /* (in the soft-RoCE guests: tests_roce.sh) */
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_by_reference, rcv, "rc_v")
+
+
+/* Two RC lanes on one device (two paths of rxe0): when the am lane fails,
+ * its messages sent by reference go again by reference on the other lane,
+ * with the user's memory handles (of the same memory domain) and the
+ * trailers' from the registered buffers; nothing is copied */
+class test_ucp_multirail_by_reference_one_device :
+        public test_ucp_multirail_by_reference {
+public:
+    test_ucp_multirail_by_reference_one_device() :
+        m_num_paths("UCX_IB_NUM_PATHS", "2")
+    {
+    }
+
+private:
+    ucs::scoped_setenv m_num_paths; /* (a transport's, not UCP's) */
+};
+
+UCS_TEST_P(test_ucp_multirail_by_reference_one_device, am_lane_fails,
+           UCP_BY_REF_CONFIG, "NET_DEVICES=rxe0:1")
+{
+    ucp_ep_h ep = sender().ep();
+
+    ASSERT_NE(UCP_NULL_LANE, data_lane(ep)) << "one lane only";
+    ASSERT_FALSE(others_on_other_md(ucp_ep_get_am_lane(ep)));
+    by_reference(FAIL_AM_LANE, 16 * UCS_KBYTE, 3);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_by_reference_one_device, rcv,
+                              "rc_v")
 
 /*
  * The receiving side of the sequencing: a message that arrives early is held
