@@ -872,8 +872,13 @@ ucp_failover_seq_tl_send_ref(ucp_failover_seq_ep_t *seq_ep,
     ucp_failover_seq_stream_own(seq_ep->seq, st, UCS_OK);
     entry = st->unsent;
     if ((entry->chunk == NULL) && (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF)) {
-        ucs_diag("ep %p: no room or memory to copy message %u:%u to send it "
-                 "again, it waits", seq_ep->super.ucp_ep, st->id, entry->sn);
+        /* (the backlog tries it again at every progress: said once) */
+        if (!(entry->flags & UCP_FAILOVER_SEQ_ENTRY_WAIT_SAID)) {
+            entry->flags |= UCP_FAILOVER_SEQ_ENTRY_WAIT_SAID;
+            ucs_diag("ep %p: no room or memory to copy message %u:%u to send "
+                     "it again, it waits", seq_ep->super.ucp_ep, st->id,
+                     entry->sn);
+        }
         return UCS_ERR_NO_RESOURCE;
     }
 
