@@ -24,6 +24,14 @@
 #                          printed, so that a run can be repeated)
 #        MR_SOAK_KINDS     the kinds to draw from (default "link drop drop-in")
 #        MR_SOAK_MAX_ERR_QPS  (default 24)
+#        MR_SOAK_BYREF=1   zero-copy messages sent by reference
+#                          (UCX_MULTIRAIL_REF_THRESH=4k, UCP's eager zero
+#                          copy from 4 KiB and rendezvous from 256 KiB: the
+#                          checker's 8 KiB and 64 KiB messages are RC
+#                          zero-copy fragments); the checkers print their
+#                          endpoints' information at the end, and the
+#                          client must have sent messages by reference and
+#                          neither side may still hold one
 # Results: build/soak-roce/ (the checkers' logs, injections.log)
 #
 set -eEu -o pipefail
@@ -54,8 +62,15 @@ mr_roce_boot || die "the guests did not boot"
 # long enough for every injection at its slowest; the client is told to end
 # (SIGUSR1) after the last one
 dur=$((n * 75 + 60))
+check_args=()
+if [ "${MR_SOAK_BYREF:-0}" = 1 ]; then
+    MR_ROCE_EXTRA_ENV="UCX_MULTIRAIL_REF_THRESH=4k UCX_ZCOPY_THRESH=4k"
+    MR_ROCE_EXTRA_ENV+=" UCX_RNDV_THRESH=256k"
+    check_args=(--info)
+fi
 mr_roce_pair_start "$tag" y "$dur" -- --conn sockaddr --err-mode peer \
-    --slow-log 10 || die "the server did not listen"
+    --slow-log 10 ${check_args[@]+"${check_args[@]}"} ||
+    die "the server did not listen"
 mr_roce_wait_traffic "$tag" || die "no traffic"
 cli=$(mr_roce_out a "cli-$tag")
 srv=$(mr_roce_out b "srv-$tag")
@@ -140,6 +155,11 @@ mr_roce_pair_wait "$tag" "$dur"
 mr_test_ok=1
 mr_expect_clean "$MR_DIR"
 mr_expect_quiet_reprobes "$MR_DIR"
+if [ "${MR_SOAK_BYREF:-0}" = 1 ]; then
+    mr_note=
+    mr_expect_byref
+    echo "by reference:$mr_note"
+fi
 [ "$mr_test_ok" = 1 ] || ok=0
 errors=$(count "$MR_DIR/client.out" "UCX  ERROR")
 errors=$((errors + $(count "$MR_DIR/server.out" "UCX  ERROR")))

@@ -182,6 +182,9 @@ void ucp_failover_worker_init(ucp_worker_h worker);
 /** Bytes the worker holds in failover buffers (retained messages,
  *  rendezvous fragment trackers), which UCX_MULTIRAIL_RETAIN_WORKER bounds */
 size_t ucp_failover_worker_held(ucp_worker_h worker);
+
+/** The worker's failover buffers (NULL: none; tests) */
+struct ucp_failover_pool *ucp_failover_worker_pool(ucp_worker_h worker);
 void ucp_failover_worker_cleanup(ucp_worker_h worker);
 
 

@@ -163,7 +163,7 @@ void *ucp_failover_pool_get_reg(ucp_failover_pool_t *pool, size_t size,
          * (ucp_failover_seq_send_ref) instead of trying each time */
         ucs_diag("failover pool %p: no registered buffers, zero-copy "
                  "messages are copied from now on", pool);
-        pool->reg_ok = 0;
+        pool->reg_ok     = 0;
         pool->reg_failed = 1;
         return NULL;
     }

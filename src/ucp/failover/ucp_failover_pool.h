@@ -61,9 +61,9 @@ typedef struct ucp_failover_pool {
     ucs_list_link_t waiters;  /* ucp_failover_pool_waiter_t */
     ucs_mpool_set_t buffers;  /* each mpool's priv: this pool */
     ucp_context_h   context;
-    int             reg_ok;   /* registered buffers are handed out */
+    int             reg_ok;     /* registered buffers are handed out */
     int             reg_failed; /* they were, until one was not there */
-    ucs_mpool_t     reg;      /* registered buffers; priv: this pool */
+    ucs_mpool_t     reg;        /* registered buffers; priv: this pool */
 } ucp_failover_pool_t;
 
 
@@ -104,8 +104,8 @@ int ucp_failover_pool_reg_covers(ucp_context_h context,
  * A buffer of at least @a size bytes (UCP_FAILOVER_POOL_REG_SIZE at most) in
  * memory registered on every memory domain of the context that registers
  * (ucp_failover_pool_memh), and in @a held_p the bytes it holds; NULL if the
- * pool has none (not wanted, too large, or no memory: then never again). Put it back with
- * ucp_failover_pool_put().
+ * pool has none (not wanted, too large, or no memory: then never again).
+ * Put it back with ucp_failover_pool_put().
  */
 void *ucp_failover_pool_get_reg(ucp_failover_pool_t *pool, size_t size,
                                 size_t *held_p);

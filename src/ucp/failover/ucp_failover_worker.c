@@ -310,6 +310,11 @@ size_t ucp_failover_worker_held(ucp_worker_h worker)
            0 : ucp_failover_pool_held(worker->failover->pool);
 }
 
+ucp_failover_pool_t *ucp_failover_worker_pool(ucp_worker_h worker)
+{
+    return (worker->failover == NULL) ? NULL : worker->failover->pool;
+}
+
 /* @a fo leaves its peer's list; the peer goes with its last endpoint */
 static void ucp_failover_worker_peer_leave(ucp_failover_worker_t *fw,
                                            ucp_failover_ep_t *fo)

@@ -2070,6 +2070,72 @@ UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_by_reference, tcp, "tcp")
 UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_by_reference, rcv, "rc_v")
 
 
+/* Cases of RC only (in the soft-RoCE guests) */
+class test_ucp_multirail_by_reference_rc :
+        public test_ucp_multirail_by_reference {
+};
+
+/* Over RC, when no registered buffer can be had for a trailer (a failed
+ * registration: the pool stops handing them out), zero-copy messages are
+ * copied instead (bcopy), complete at once and arrive intact */
+UCS_TEST_P(test_ucp_multirail_by_reference_rc, registration_failed,
+           UCP_BY_REF_CONFIG)
+{
+    static const int count    = 4;
+    static const size_t size  = 16 * UCS_KBYTE;
+    ucp_request_param_t param = {};
+    std::vector<std::vector<char> > sbufs, rbufs;
+    std::vector<void*> sreqs, rreqs;
+    unsigned long refs0, refs, copies;
+    ucp_failover_pool_t *pool;
+    uint32_t next;
+    int i;
+
+    ASSERT_TRUE(rc_lanes());
+    exchange(16 * UCS_KBYTE, 2);
+    wait_all_acked(&next);
+    ref_counts(ep_info(sender()), &refs0, &copies);
+    ASSERT_GE(refs0, 1u) << "sent by reference before";
+
+    pool = ucp_failover_worker_pool(sender().worker());
+    ASSERT_TRUE(pool != NULL);
+    ASSERT_TRUE(pool->reg_ok);
+    pool->reg_ok     = 0; /* as ucp_failover_pool_get_reg() after a failure */
+    pool->reg_failed = 1;
+
+    for (i = 0; i < count; ++i) {
+        sbufs.push_back(std::vector<char>(size, (char)(i + 3)));
+        rbufs.push_back(std::vector<char>(size, 0));
+        sreqs.push_back(ucp_tag_send_nbx(sender().ep(), sbufs[i].data(), size,
+                                         0x7d0 + i, &param));
+        ASSERT_FALSE(UCS_PTR_IS_ERR(sreqs.back()));
+    }
+
+    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+    while ((requests_done(sreqs) < count) && (ucs_get_time() < deadline)) {
+        sender().progress();
+    }
+    ASSERT_EQ(count, requests_done(sreqs)) << "copies complete at once";
+    ref_counts(ep_info(sender()), &refs, &copies);
+    EXPECT_EQ(refs0, refs) << "none sent by reference";
+
+    for (i = 0; i < count; ++i) {
+        rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(), rbufs[i].data(),
+                                         size, 0x7d0 + i, (ucp_tag_t)-1,
+                                         &param));
+    }
+    ASSERT_UCS_OK(requests_wait(sreqs));
+    ASSERT_UCS_OK(requests_wait(rreqs));
+    for (i = 0; i < count; ++i) {
+        EXPECT_TRUE(sbufs[i] == rbufs[i]) << "message " << i;
+    }
+    exchange(size, 2);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+UCP_INSTANTIATE_TEST_CASE_TLS(test_ucp_multirail_by_reference_rc, rcv, "rc_v")
+
+
 /* Two RC lanes on one device (two paths of rxe0): when the am lane fails,
  * its messages sent by reference go again by reference on the other lane,
  * with the user's memory handles (of the same memory domain) and the
