@@ -74,10 +74,16 @@ variant_env() {
                     "UCX_MULTIRAIL_PROBE_TIMEOUT=$MR_ROCE_PROBE_TIMEOUT" ;;
         ref)   echo "$(variant_env on) UCX_MULTIRAIL_REF_THRESH=4k" \
                     "UCX_ZCOPY_THRESH=4k" ;;
-        *)     die "unknown variant $1" ;;
     esac
-    echo "${MR_RHB_ENV:-}"
 }
+
+variants=${MR_RHB_VARIANTS:-stock off on}
+for v in $variants; do
+    case "$v" in
+        stock|off|on|ref) ;;
+        *) die "MR_RHB_VARIANTS: unknown variant '$v' (stock off on ref)" ;;
+    esac
+done
 
 # run_pt NAME VARIANT DEVS TEST SIZE ITERS: one perftest pair; the client's
 # output in NAME.client.log; 1 if it did not finish
@@ -88,7 +94,7 @@ run_pt() {
     env="UCX_TLS=rc_verbs,tcp UCX_NET_DEVICES=$devs,eth0"
     env+=" UCX_MAX_EAGER_RAILS=2 UCX_MAX_RNDV_RAILS=2"
     env+=" UCX_IB_ROCE_LOCAL_SUBNET=y"
-    env+=" $(variant_env "$v")"
+    env+=" $(variant_env "$v") ${MR_RHB_ENV:-}"
     # shellcheck disable=SC2086
     "$MR_VM" spawn b "pts-$name" env $env timeout -k 5 300 "$perftest" \
         -p "$port" >/dev/null
@@ -121,7 +127,7 @@ for ((r = 1; r <= rounds; r++)); do
     tno=0
     while IFS='|' read -r label field args; do
         tno=$((tno + 1))
-        for v in ${MR_RHB_VARIANTS:-stock off on}; do
+        for v in $variants; do
             name=h$r-$tno-$v
             # shellcheck disable=SC2086
             if run_pt "$name" "$v" rxe0:1,rxe1:1 $args; then
@@ -229,6 +235,12 @@ variant_stats() {
     for v in "$@"; do
         vals=$(awk -v v="$v" -v t="$t" \
                '$1 == "healthy" && $2 == v && $4 == t { print $5 }' "$raw")
+        if [ -z "$vals" ]; then
+            # (a variant not run)
+            med[$v]=-
+            rng[$v]=-
+            continue
+        fi
         med[$v]=$(median <<<"$vals")
         rng[$v]=$(sort -g <<<"$vals" | awk 'NR == 1 { a = $1 } { b = $1 }
                   END { print a ".." b }')
@@ -246,11 +258,15 @@ variant_stats() {
         variant_stats "$tno" stock off on
         awk -v l="$label" -v s="${med[stock]}" -v o="${med[off]}" \
             -v n="${med[on]}" -v rs="${rng[stock]}" -v ro="${rng[off]}" \
-            -v rn="${rng[on]}" 'BEGIN {
-            printf "| %s | %s (%s) | %s (%s) | %s (%s) | %.3f | %.3f |\n",
-                l, s, rs, o, ro, n, rn, (s > 0 ? o / s : 0), (o > 0 ? n / o : 0) }'
+            -v rn="${rng[on]}" '
+            function ratio(a, b) {
+                return (a + 0 > 0 && b + 0 > 0) ? sprintf("%.3f", a / b) : "-"
+            }
+            BEGIN {
+            printf "| %s | %s (%s) | %s (%s) | %s (%s) | %s | %s |\n",
+                l, s, rs, o, ro, n, rn, ratio(o, s), ratio(n, o) }'
     done <<<"$tests"
-    if [[ " ${MR_RHB_VARIANTS:-} " == *" ref "* ]]; then
+    if [[ " $variants " == *" ref "* ]]; then
         echo
         echo "| measurement | failover on, by reference | by reference / off | by reference / on |"
         echo "|---|---|---|---|"

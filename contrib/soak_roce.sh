@@ -64,7 +64,8 @@ mr_roce_boot || die "the guests did not boot"
 dur=$((n * 75 + 60))
 check_args=()
 if [ "${MR_SOAK_BYREF:-0}" = 1 ]; then
-    MR_ROCE_EXTRA_ENV="UCX_MULTIRAIL_REF_THRESH=4k UCX_ZCOPY_THRESH=4k"
+    MR_ROCE_EXTRA_ENV="${MR_ROCE_EXTRA_ENV:-} UCX_MULTIRAIL_REF_THRESH=4k"
+    MR_ROCE_EXTRA_ENV+=" UCX_ZCOPY_THRESH=4k"
     MR_ROCE_EXTRA_ENV+=" UCX_RNDV_THRESH=256k"
     check_args=(--info)
 fi

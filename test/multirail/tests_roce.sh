@@ -363,8 +363,8 @@ t_roce_link_cut() {
 # messages) sent messages by reference, and neither side holds one at the
 # end
 t_roce_byref() {
-    local MR_ROCE_EXTRA_ENV="UCX_MULTIRAIL_REF_THRESH=4k UCX_ZCOPY_THRESH=4k"
-    MR_ROCE_EXTRA_ENV+=" UCX_RNDV_THRESH=256k"
+    local MR_ROCE_EXTRA_ENV="${MR_ROCE_EXTRA_ENV:-} UCX_MULTIRAIL_REF_THRESH=4k"
+    MR_ROCE_EXTRA_ENV+=" UCX_ZCOPY_THRESH=4k UCX_RNDV_THRESH=256k"
     local MR_ROCE_CHECK_ARGS=(--info)
     t_roce_link_cut "$@"
     mr_expect_byref

@@ -174,7 +174,7 @@ void *ucp_failover_pool_get_reg(ucp_failover_pool_t *pool, size_t size,
     return buf;
 }
 
-uct_mem_h ucp_failover_pool_memh(const void *buf, unsigned md_index)
+uct_mem_h ucp_failover_pool_memh(const void *buf, ucp_md_index_t md_index)
 {
     ucp_mem_h memh = *(const ucp_mem_h*)UCS_PTR_BYTE_OFFSET(
             buf, UCP_FAILOVER_POOL_REG_SIZE);

@@ -60,10 +60,10 @@ typedef struct ucp_failover_pool {
     unsigned        refcount; /* the owner's, users', and one per buffer */
     ucs_list_link_t waiters;  /* ucp_failover_pool_waiter_t */
     ucs_mpool_set_t buffers;  /* each mpool's priv: this pool */
-    ucp_context_h   context;
-    int             reg_ok;     /* registered buffers are handed out */
-    int             reg_failed; /* they were, until one was not there */
-    ucs_mpool_t     reg;        /* registered buffers; priv: this pool */
+    ucp_context_h   context;  /* registers the registered buffers */
+    int             reg_ok;   /* registered buffers are handed out */
+    int             reg_failed; /* they were, until one could not be */
+    ucs_mpool_t     reg;      /* registered buffers; priv: this pool */
 } ucp_failover_pool_t;
 
 
@@ -115,7 +115,7 @@ void *ucp_failover_pool_get_reg(ucp_failover_pool_t *pool, size_t size,
  * The memory handle on memory domain @a md_index of a buffer from
  * ucp_failover_pool_get_reg(), UCT_MEM_HANDLE_NULL if it has none there.
  */
-uct_mem_h ucp_failover_pool_memh(const void *buf, unsigned md_index);
+uct_mem_h ucp_failover_pool_memh(const void *buf, ucp_md_index_t md_index);
 
 
 /** Wait for @a pool to hold less than its limit (no-op if waiting) */

@@ -112,7 +112,7 @@ enum {
     /* The message is sent by reference (ucp_failover_seq_send_ref): data[]
      * holds its header and trailer, and a ucp_failover_seq_ref_t after them
      * (ucp_failover_seq_entry_ref) the user's iov and completion */
-    UCP_FAILOVER_SEQ_ENTRY_REF = UCS_BIT(0),
+    UCP_FAILOVER_SEQ_ENTRY_REF       = UCS_BIT(0),
     /* ... and it was said (once) that it waits for a copy */
     UCP_FAILOVER_SEQ_ENTRY_WAIT_SAID = UCS_BIT(1)
 };

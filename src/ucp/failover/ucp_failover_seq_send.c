@@ -1700,9 +1700,9 @@ ucp_failover_seq_send_ref(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
     size_t hdr_space              = ucs_align_up_pow2(header_length +
                                                       UCP_FAILOVER_SEQ_HDR_LEN,
                                                       8);
+    uct_mem_h trailer_memh        = UCT_MEM_HANDLE_NULL;
     ucp_failover_seq_entry_t *entry;
     ucp_failover_seq_ref_t *ref;
-    uct_mem_h trailer_memh = UCT_MEM_HANDLE_NULL;
     ucs_status_t status;
     uint8_t ask;
     size_t held, size;

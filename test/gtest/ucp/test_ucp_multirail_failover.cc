@@ -1692,7 +1692,7 @@ protected:
 
     bool rc_lanes()
     {
-        ucp_ep_h ep = sender().ep();
+        ucp_ep_h ep           = sender().ep();
         ucp_lane_index_t lane = data_lane(ep);
 
         if (lane == UCP_NULL_LANE) {
