@@ -332,10 +332,20 @@ mr_mpi_run() {
     hosts="$("$MR_BED" addr a m),$("$MR_BED" addr b m)"
     agent="$(dirname "$MR_BED")/mpi/ns_agent.sh"
     if [ "${MR_MPI:-openmpi}" = mpich ]; then
+        # MPICH 4.0.2's MPI_Finalize closes its endpoints (flush mode), then
+        # waits in a PMI barrier that does not progress UCX (removed in
+        # later MPICH: pmodels/mpich#6596). UCT/TCP's flush of an endpoint
+        # that sent PUTs sends one more and waits for its acknowledgement,
+        # which a rank already in that barrier never sends: the job hangs
+        # now and then, with stock UCX too (docs/testbed.md). With PUT off
+        # a flush needs nothing from the peer; rendezvous data then go as
+        # active messages, and both rails carry eager fragments
+        # (MAX_EAGER_RAILS=2: without PUT, r1 would carry nothing)
         timeout -k 5 "$tmo" "$MR_BED" exec a unshare --ipc mpiexec.hydra \
             -launcher rsh -launcher-exec "$agent" -iface zmgmt \
             -hosts "$hosts" -n $((2 * ppn)) -ppn "$ppn" -genv UCX_TLS "$tls" \
-            -genv UCX_NET_DEVICES r0,r1 \
+            -genv UCX_NET_DEVICES r0,r1 -genv UCX_TCP_PUT_ENABLE n \
+            -genv UCX_MAX_EAGER_RAILS 2 \
             -genv LD_LIBRARY_PATH "$ldpath" \
             -genv UCX_MULTIRAIL_FAILOVER "$fo" -genv UCX_LOG_LEVEL "${MR_MPI_LOG_LEVEL:-info}" \
             "$bin/mr_mpi_check.mpich" "$secs" >"$dir/mpi.out" 2>&1
