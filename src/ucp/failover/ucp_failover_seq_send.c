@@ -607,9 +607,7 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
 
         ucs_queue_pull_non_empty(&st->retained);
         if (ucs_unlikely(entry->held != 0)) {
-            st->retained_bytes  -= entry->held;
-            seq->retained_bytes -= entry->held;
-            ucp_failover_seq_held_changed(seq);
+            ucp_failover_seq_held_add(seq, st, -(ssize_t)entry->held);
             if (entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF) {
                 /* its user's request completes (from progress) */
                 --st->refs;
@@ -1308,10 +1306,7 @@ ucp_failover_seq_retain(ucp_failover_seq_ep_t *seq_ep,
     if (ucs_unlikely(entry->held != 0)) {
         /* a buffer of its own (a chunk's bytes count from when the stream
          * takes it) */
-        st->retained_bytes  += entry->held;
-        seq->retained_bytes += entry->held;
-        st->retained_max     = ucs_max(st->retained_max, st->retained_bytes);
-        ucp_failover_seq_held_changed(seq);
+        ucp_failover_seq_held_add(seq, st, entry->held);
     }
 }
 
