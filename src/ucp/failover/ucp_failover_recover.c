@@ -386,13 +386,30 @@ static void ucp_failover_lane_desc(ucp_ep_h ep, ucp_lane_index_t lane,
     ucp_ep_get_lane_info_str(ep, lane, strb);
 }
 
-/* Drop the attempt's transport endpoint */
+/*
+ * Drop the attempt's transport endpoint. One connected to the peer's interface
+ * may share its connection with one of the peer's endpoints (UCT/TCP pairs
+ * endpoints that two workers create towards each other), which may be the
+ * lane the peer has just brought back: a plain destroy stops this side's
+ * sending and leaves the peer's traffic alone, where a cancel would reset the
+ * connection under it. The attempt carried only recovery messages, so there is
+ * nothing of a failed transfer to drop. A point-to-point one, or one whose
+ * connection failed, is discarded as a failed lane is.
+ */
 static void ucp_failover_attempt_discard(ucp_failover_rec_lane_t *rl)
 {
     ucp_ep_h ep               = rl->ep;
     ucp_rsc_index_t rsc_index = ucp_ep_get_rsc_index(ep, rl->lane);
+    int shared                = !rl->p2p &&
+                                !(rl->flags & UCP_FAILOVER_ATTEMPT_FAILED);
     uct_ep_h uct_ep           = ucp_failover_attempt_detach(rl);
     ucs_status_t status;
+
+    if (shared) {
+        ucp_ep_unprogress_uct_ep(ep, uct_ep, rsc_index);
+        uct_ep_destroy(uct_ep);
+        return;
+    }
 
     status = ucp_worker_discard_uct_ep(ep, uct_ep, rsc_index,
                                        UCT_FLUSH_FLAG_CANCEL |
