@@ -325,6 +325,27 @@ t_close() {
 # the installed packages sets the system's, with no LD_LIBRARY_PATH).
 # mr_mpi_run DIR FAILOVER(y|n) SECONDS TIMEOUT
 mr_mpi_run() {
+    local dir=$1 fo=$2 tmo=$4 pid rc=0 t0=$SECONDS dumped=0 p
+    mr_mpi_job "$@" &
+    pid=$!
+    # a job with failover that runs into its timeout: the ranks' stacks go
+    # to the test's logs first (rank_stack.PID), to tell where it hangs
+    while kill -0 "$pid" 2>/dev/null; do
+        if [ "$fo" = y ] && [ "$dumped" = 0 ] &&
+           [ $((SECONDS - t0)) -ge $((tmo - 15)) ]; then
+            dumped=1
+            for p in $(pgrep -f "^$MRFO_PREFIX/bin/mr_mpi_check" || true); do
+                timeout 10 gdb -batch -p "$p" -ex "thread apply all bt" \
+                    >"$dir/rank_stack.$p" 2>&1 || true
+            done
+        fi
+        sleep 0.5
+    done
+    wait "$pid" || rc=$?
+    return "$rc"
+}
+
+mr_mpi_job() {
     local dir=$1 fo=$2 secs=$3 tmo=$4 bin=$MRFO_PREFIX/bin
     local ppn=${MR_MPI_PPN:-1} tls=tcp hosts agent ldpath=$MRFO_PREFIX/lib
     [ -z "${MR_MPI_LIBDIR:-}" ] || ldpath=
@@ -335,17 +356,20 @@ mr_mpi_run() {
         # MPICH 4.0.2's MPI_Finalize closes its endpoints (flush mode), then
         # waits in a PMI barrier that does not progress UCX (removed in
         # later MPICH: pmodels/mpich#6596). UCT/TCP's flush of an endpoint
-        # that sent PUTs sends one more and waits for its acknowledgement,
-        # which a rank already in that barrier never sends: the job hangs
-        # now and then, with stock UCX too (docs/testbed.md). With PUT off
-        # a flush needs nothing from the peer; rendezvous data then go as
-        # active messages, and both rails carry eager fragments
-        # (MAX_EAGER_RAILS=2: without PUT, r1 would carry nothing)
+        # that sent anything since its last flush sends a zero-length PUT
+        # and waits for its acknowledgement, which a rank already in that
+        # barrier never sends: the job can hang after its result
+        # (docs/testbed.md). PUT off (rendezvous data as active messages,
+        # eager fragments on both rails) was meant to avoid that; it does
+        # not (the flush's PUT is sent anyway), the runs keep it. What does:
+        # the ranks wait for each other outside MPI before MPI_Finalize
+        # (MR_MPI_QUIET_DIR, a file per rank; mr_mpi_check.c)
+        rm -f "$dir"/quiet.*
         timeout -k 5 "$tmo" "$MR_BED" exec a unshare --ipc mpiexec.hydra \
             -launcher rsh -launcher-exec "$agent" -iface zmgmt \
             -hosts "$hosts" -n $((2 * ppn)) -ppn "$ppn" -genv UCX_TLS "$tls" \
             -genv UCX_NET_DEVICES r0,r1 -genv UCX_TCP_PUT_ENABLE n \
-            -genv UCX_MAX_EAGER_RAILS 2 \
+            -genv UCX_MAX_EAGER_RAILS 2 -genv MR_MPI_QUIET_DIR "$dir" \
             -genv LD_LIBRARY_PATH "$ldpath" \
             -genv UCX_MULTIRAIL_FAILOVER "$fo" -genv UCX_LOG_LEVEL "${MR_MPI_LOG_LEVEL:-info}" \
             "$bin/mr_mpi_check.mpich" "$secs" >"$dir/mpi.out" 2>&1
