@@ -41,43 +41,6 @@ static const size_t sizes[] = {8, 1024, 8192, 65536, 1 << 20, 4 << 20};
 #define NUM_SIZES (sizeof(sizes) / sizeof(sizes[0]))
 
 
-static double now(void);
-
-/* every rank stopped calling MPI (see above), 60 s at most in all; a rank
- * that failed only says it stopped (the others may be stuck in MPI) */
-static void quiet_barrier(int rank, int nranks, int failed)
-{
-#ifdef MPICH_VERSION
-    const char *dir = getenv("MR_MPI_QUIET_DIR");
-    double deadline = now() + 60.0;
-    char path[4096];
-    FILE *f;
-    int r;
-
-    if ((dir == NULL) || (*dir == '\0')) {
-        return;
-    }
-
-    snprintf(path, sizeof(path), "%s/quiet.%d", dir, rank);
-    f = fopen(path, "w");
-    if (f == NULL) {
-        fprintf(stderr, "MPI_QUIET rank=%d: cannot create %s\n", rank, path);
-        return;
-    }
-    fclose(f);
-    if (failed) {
-        return;
-    }
-
-    for (r = 0; r < nranks; ++r) {
-        snprintf(path, sizeof(path), "%s/quiet.%d", dir, r);
-        while ((access(path, F_OK) != 0) && (now() < deadline)) {
-            usleep(10000);
-        }
-    }
-#endif
-}
-
 /* the return code of an MPI call: an error ends the run as failed */
 static int check(int ret, const char *call, int rank, long iter)
 {
@@ -114,6 +77,41 @@ static double now(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* every rank stopped calling MPI (see above), 60 s at most in all; a rank
+ * that failed only says it stopped (the others may be stuck in MPI) */
+static void quiet_barrier(int rank, int nranks, int failed)
+{
+#ifdef MPICH_VERSION
+    const char *dir = getenv("MR_MPI_QUIET_DIR");
+    double deadline = now() + 60.0;
+    char path[4096];
+    FILE *f;
+    int r;
+
+    if ((dir == NULL) || (*dir == '\0')) {
+        return;
+    }
+
+    snprintf(path, sizeof(path), "%s/quiet.%d", dir, rank);
+    f = fopen(path, "w");
+    if (f == NULL) {
+        fprintf(stderr, "MPI_QUIET rank=%d: cannot create %s\n", rank, path);
+        return;
+    }
+    fclose(f);
+    if (failed) {
+        return;
+    }
+
+    for (r = 0; r < nranks; ++r) {
+        snprintf(path, sizeof(path), "%s/quiet.%d", dir, r);
+        while ((access(path, F_OK) != 0) && (now() < deadline)) {
+            usleep(10000);
+        }
+    }
+#endif
 }
 
 int main(int argc, char **argv)
