@@ -221,7 +221,8 @@ mr_expect_quiet_reprobes() {
 # error or a lane's failure or return (bounded: the first 4 and the last 14
 # of a file, files under DIR only), and the RC QPs the RoCE tests recorded
 # in the guests at a failing moment (rdma-*.txt, stall-*.txt: 16 lines a
-# file; rxe's own QP state, stall-*-rxe.txt: 24)
+# file; rxe's own QP state, stall-*-rxe.txt: 24), and the stacks of MPI ranks
+# that a job nearing its timeout left (rank_stack.PID: 24 frames a rank)
 mr_log_excerpt() {
     local f n re='Assertion|assert|[Aa]bort|Fatal|Segmentation|signal|[Bb]acktrace|^RESULT|ERROR|error|failed \(|is back'
     for f in "$1"/*.out "$1"/*.err; do
@@ -249,6 +250,13 @@ mr_log_excerpt() {
         echo "  --- ${f##*/}: rxe's QP state" >&2
         { grep -E "^rxe_|^qp=|rxe_qp_state:" "$f" || true; } | head -24 |
             cut -c1-520 | sed 's/^/  | /' >&2
+    done
+    # where a hung MPI rank was (tests_failover.sh: mr_mpi_run)
+    for f in "$1"/rank_stack.*; do
+        [ -s "$f" ] || continue
+        echo "  --- ${f##*/}: the rank's threads' frames" >&2
+        { grep -E "^Thread |^#[0-9]+ " "$f" || true; } | head -24 |
+            cut -c1-200 | sed 's/^/  | /' >&2
     done
 }
 

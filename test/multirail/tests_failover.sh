@@ -359,17 +359,15 @@ mr_mpi_job() {
         # that sent anything since its last flush sends a zero-length PUT
         # and waits for its acknowledgement, which a rank already in that
         # barrier never sends: the job can hang after its result
-        # (docs/testbed.md). PUT off (rendezvous data as active messages,
-        # eager fragments on both rails) was meant to avoid that; it does
-        # not (the flush's PUT is sent anyway), the runs keep it. What does:
-        # the ranks wait for each other outside MPI before MPI_Finalize
-        # (MR_MPI_QUIET_DIR, a file per rank; mr_mpi_check.c)
+        # (docs/testbed.md). The ranks wait for each other outside MPI
+        # before MPI_Finalize (MR_MPI_QUIET_DIR, a file per rank;
+        # mr_mpi_check.c); UCX runs with its defaults otherwise, as a
+        # user's job would
         rm -f "$dir"/quiet.*
         timeout -k 5 "$tmo" "$MR_BED" exec a unshare --ipc mpiexec.hydra \
             -launcher rsh -launcher-exec "$agent" -iface zmgmt \
             -hosts "$hosts" -n $((2 * ppn)) -ppn "$ppn" -genv UCX_TLS "$tls" \
-            -genv UCX_NET_DEVICES r0,r1 -genv UCX_TCP_PUT_ENABLE n \
-            -genv UCX_MAX_EAGER_RAILS 2 -genv MR_MPI_QUIET_DIR "$dir" \
+            -genv UCX_NET_DEVICES r0,r1 -genv MR_MPI_QUIET_DIR "$dir" \
             -genv LD_LIBRARY_PATH "$ldpath" \
             -genv UCX_MULTIRAIL_FAILOVER "$fo" -genv UCX_LOG_LEVEL "${MR_MPI_LOG_LEVEL:-info}" \
             "$bin/mr_mpi_check.mpich" "$secs" >"$dir/mpi.out" 2>&1
