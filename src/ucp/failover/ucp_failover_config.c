@@ -103,7 +103,10 @@ ucs_config_field_t ucp_multirail_config_table[] = {
    "rails the copy costs less bandwidth than the later completions (a sender\n"
    "that waits for each send before the next loses a third), but it costs the\n"
    "sender's CPU; e.g. 8k sends messages of 8 KiB and more by reference.\n"
-   "Transports that need memory handles (RDMA) copy in any case.",
+   "Over transports that need memory handles (RDMA) the trailer goes from\n"
+   "registered buffers, UCP is offered AM zero copy only when this is set\n"
+   "(use a size below RC's 8 KiB fragments, e.g. 4k, and UCX_ZCOPY_THRESH\n"
+   "the same), and a message sent again on another device's lane is copied.",
    ucs_offsetof(ucp_multirail_config_t, ref_thresh), UCS_CONFIG_TYPE_MEMUNITS},
 
   {NULL}
