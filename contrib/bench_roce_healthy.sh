@@ -30,9 +30,12 @@
 # Usage: contrib/bench_roce_healthy.sh [ROUNDS]     (default 3; 0: the
 #        degraded part only)
 #        MR_RHB_DEGRADED_ROUNDS=N  degraded rounds (default 2)
-#        MR_RHB_VARIANTS="stock off on ref"  the healthy part's variants
-#                  (default "stock off on"; ref: failover on, zero-copy
-#                  messages of 4 KiB and more sent by reference,
+#        MR_RHB_VARIANTS="stock off on copy ref"  the healthy part's
+#                  variants (default "stock off on"; on: failover on with
+#                  its defaults, zero-copy messages sent by reference over
+#                  RC since session 35; copy: failover on, every message
+#                  copied, UCX_MULTIRAIL_REF_THRESH=inf; ref: failover on,
+#                  zero-copy messages of 4 KiB and more sent by reference,
 #                  UCX_MULTIRAIL_REF_THRESH=4k UCX_ZCOPY_THRESH=4k)
 #        MR_RHB_TESTS='LABEL|FIELD|PERFTEST ARGS' lines: the healthy part's
 #                  measurements instead of the default three
@@ -72,6 +75,7 @@ variant_env() {
         off)   echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=n" ;;
         on)    echo "LD_LIBRARY_PATH=$MRFO_PREFIX/lib UCX_MULTIRAIL_FAILOVER=y" \
                     "UCX_MULTIRAIL_PROBE_TIMEOUT=$MR_ROCE_PROBE_TIMEOUT" ;;
+        copy)  echo "$(variant_env on) UCX_MULTIRAIL_REF_THRESH=inf" ;;
         ref)   echo "$(variant_env on) UCX_MULTIRAIL_REF_THRESH=4k" \
                     "UCX_ZCOPY_THRESH=4k" ;;
     esac
@@ -80,8 +84,8 @@ variant_env() {
 variants=${MR_RHB_VARIANTS:-stock off on}
 for v in $variants; do
     case "$v" in
-        stock|off|on|ref) ;;
-        *) die "MR_RHB_VARIANTS: unknown variant '$v' (stock off on ref)" ;;
+        stock|off|on|copy|ref) ;;
+        *) die "MR_RHB_VARIANTS: unknown variant '$v' (stock off on copy ref)" ;;
     esac
 done
 

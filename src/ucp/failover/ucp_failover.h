@@ -59,7 +59,8 @@ typedef struct ucp_multirail_config {
     int           stripe_am;
     /** UCX_MULTIRAIL_REF_THRESH: zero-copy messages of at least this size
      *  are sent by reference (from the user's buffer, completed when the
-     *  peer acknowledges them), smaller ones copied; SIZE_MAX: all copied */
+     *  peer acknowledges them), smaller ones copied; SIZE_MAX: all copied;
+     *  UCS_MEMUNITS_AUTO: by transport (ucp_failover_ref_thresh()) */
     size_t        ref_thresh;
 } ucp_multirail_config_t;
 
@@ -85,6 +86,19 @@ struct ucp_context_config;
  */
 ucs_status_t
 ucp_multirail_config_check(const struct ucp_context_config *ctx_config);
+
+
+/**
+ * The size from which a zero-copy message is sent by reference over a
+ * transport: UCX_MULTIRAIL_REF_THRESH, or with "auto" 0 (every one) where
+ * the transport's memory domain needs memory handles and SIZE_MAX (none)
+ * elsewhere.
+ *
+ * @param [in] context    UCP context.
+ * @param [in] need_memh  Whether the transport's memory domain needs memory
+ *                        handles (UCT_MD_FLAG_NEED_MEMH).
+ */
+size_t ucp_failover_ref_thresh(ucp_context_h context, int need_memh);
 
 
 

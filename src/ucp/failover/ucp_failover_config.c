@@ -92,21 +92,20 @@ ucs_config_field_t ucp_multirail_config_table[] = {
    "active-message limits differ, they ride the am lane only.",
    ucs_offsetof(ucp_multirail_config_t, stripe_am), UCS_CONFIG_TYPE_BOOL},
 
-  {"MULTIRAIL_REF_THRESH", "inf",
+  {"MULTIRAIL_REF_THRESH", "auto",
    "A zero-copy active message (eager, AM, stream, or rendezvous data sent as\n"
    "active messages) of at least this many bytes is sent by reference: from\n"
    "the user's buffer, which is not copied, and its request completes when\n"
-   "the peer has acknowledged it: a round trip later than the transport's own\n"
-   "completion over TCP (over RDMA that one waits for the peer too). A smaller\n"
-   "one is copied into a retained buffer and its request completes as the\n"
-   "transport's does. \"inf\" (the default) copies every message: over TCP\n"
-   "rails the copy costs less bandwidth than the later completions (a sender\n"
-   "that waits for each send before the next loses a third), but it costs the\n"
-   "sender's CPU; e.g. 8k sends messages of 8 KiB and more by reference.\n"
-   "Over transports that need memory handles (RDMA) the trailer goes from\n"
-   "registered buffers, UCP is offered AM zero copy only when this is set\n"
-   "(use a size below RC's 8 KiB fragments, e.g. 4k, and UCX_ZCOPY_THRESH\n"
-   "the same), and a message sent again on another device's lane is copied.",
+   "the peer has acknowledged it. A smaller one is copied into a retained\n"
+   "buffer and its request completes as the transport's does. \"auto\" (the\n"
+   "default): by reference over transports whose memory domain needs memory\n"
+   "handles (RDMA: their own zero-copy completion waits for the peer too),\n"
+   "every such message; copied over the others (TCP: a round trip later than\n"
+   "UCT/TCP's local completion costs more bandwidth than the copy, a sender\n"
+   "that waits for each send before the next loses a third). \"inf\" copies\n"
+   "every message; a size, e.g. 8k, sends messages of that size and more by\n"
+   "reference over every transport. Over RDMA the trailer goes from registered\n"
+   "buffers, and a message sent again on another device's lane is copied.",
    ucs_offsetof(ucp_multirail_config_t, ref_thresh), UCS_CONFIG_TYPE_MEMUNITS},
 
   {NULL}
@@ -227,12 +226,6 @@ ucp_multirail_config_check(const struct ucp_context_config *ctx_config)
         return status;
     }
 
-    if (config->ref_thresh == UCS_MEMUNITS_AUTO) {
-        ucs_error("UCX_MULTIRAIL_REF_THRESH must be a size or \"inf\", not "
-                  "\"auto\"");
-        return UCS_ERR_INVALID_PARAM;
-    }
-
     if ((config->retain != UCS_MEMUNITS_INF) &&
         (config->retain_worker < config->retain)) {
         ucs_error("UCX_MULTIRAIL_RETAIN_WORKER (%zu bytes) must not be smaller "
@@ -242,4 +235,15 @@ ucp_multirail_config_check(const struct ucp_context_config *ctx_config)
     }
 
     return UCS_OK;
+}
+
+size_t ucp_failover_ref_thresh(ucp_context_h context, int need_memh)
+{
+    size_t thresh = context->config.ext.multirail.ref_thresh;
+
+    if (thresh != UCS_MEMUNITS_AUTO) {
+        return thresh;
+    }
+
+    return need_memh ? 0 : UCS_MEMUNITS_INF;
 }

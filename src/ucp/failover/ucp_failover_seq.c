@@ -618,8 +618,8 @@ void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
      * copy (small ones, and messages sent again). A transport whose memory
      * domain needs memory handles (RDMA) takes the trailer from a registered
      * buffer, which exists only when messages are sent by reference
-     * (UCX_MULTIRAIL_REF_THRESH) and are registered on the transport's
-     * memory domain; else UCP sends its large active messages as bcopy
+     * (UCX_MULTIRAIL_REF_THRESH; by default every one there) and are
+     * registered on the transport's memory domain; else UCP sends its large active messages as bcopy
      * fragments, a copy as well. There a copy (a message smaller
      * than the threshold, or one sent again on another lane: the user's
      * memory handle is of the first lane's device) is sent as bcopy, so a
@@ -665,7 +665,7 @@ void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
 
         /* none could be sent by reference: UCP would register the user's
          * buffers only for the wrapper to copy them */
-        if (context->config.ext.multirail.ref_thresh >
+        if (ucp_failover_ref_thresh(context, need_memh) >
             (attr->cap.am.max_zcopy + attr->cap.am.max_hdr)) {
             attr->cap.flags &= ~UCT_IFACE_FLAG_AM_ZCOPY;
         }

@@ -2006,15 +2006,16 @@ void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
                           0;
     seq_ep->max_bcopy   = attr->cap.am.max_bcopy + UCP_FAILOVER_SEQ_HDR_LEN;
     seq_ep->retain      = ep->worker->context->config.ext.multirail.retain;
-    seq_ep->ref_thresh  =
-            ep->worker->context->config.ext.multirail.ref_thresh;
 
     /* sending by reference adds the trailer as an iov element: with no
      * memory handle where the transport needs none, else from a registered
      * buffer (UCP is offered zero copy only then, ucp_failover_iface_attr) */
-    md_attr         = ucp_ep_md_attr(ep, lane);
-    seq_ep->ref_md  = (md_attr->cap.flags & UCT_MD_FLAG_NEED_MEMH) ?
-                      ucp_ep_md_index(ep, lane) : UCP_NULL_RESOURCE;
+    md_attr            = ucp_ep_md_attr(ep, lane);
+    seq_ep->ref_md     = (md_attr->cap.flags & UCT_MD_FLAG_NEED_MEMH) ?
+                         ucp_ep_md_index(ep, lane) : UCP_NULL_RESOURCE;
+    seq_ep->ref_thresh = ucp_failover_ref_thresh(ep->worker->context,
+                                                 seq_ep->ref_md !=
+                                                 UCP_NULL_RESOURCE);
     seq_ep->ref_iov = ((attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) &&
                        ((seq_ep->ref_md == UCP_NULL_RESOURCE) ||
                         ucp_failover_pool_reg_covers(ep->worker->context,

@@ -97,7 +97,7 @@ UCS_TEST_F(test_ucp_multirail_config, defaults) {
     EXPECT_EQ(UCS_ULUNITS_INF, mr.reprobe_max_attempts);
     EXPECT_EQ(1024u * 1024u, mr.retain);
     EXPECT_EQ(256u * 1024u * 1024u, mr.retain_worker);
-    EXPECT_EQ(UCS_MEMUNITS_INF, mr.ref_thresh);
+    EXPECT_EQ(UCS_MEMUNITS_AUTO, mr.ref_thresh);
 }
 
 UCS_TEST_F(test_ucp_multirail_config, listed_with_docs) {
@@ -232,16 +232,15 @@ UCS_TEST_F(test_ucp_multirail_config, inconsistent_values) {
                                     "4m"));
     EXPECT_UCS_OK(try_init(config.get()));
 
-    /* the threshold of sending by reference: a size or "inf", not "auto" */
-    ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_REF_THRESH",
-                                    "auto"));
+    /* the threshold of sending by reference: a size, "inf" or "auto" (by
+     * transport); a word that is none of them is refused by the parser */
     {
         scoped_log_handler wrap_err(wrap_errors_logger);
-        EXPECT_EQ(UCS_ERR_INVALID_PARAM, try_init(config.get()));
-        EXPECT_TRUE(logged_error_contains("UCX_MULTIRAIL_REF_THRESH"));
+        EXPECT_NE(UCS_OK, ucp_config_modify(config.get(),
+                                            "MULTIRAIL_REF_THRESH", "often"));
     }
 
-    for (const char *value : {"inf", "0", "64k"}) {
+    for (const char *value : {"inf", "0", "64k", "auto"}) {
         ASSERT_UCS_OK(ucp_config_modify(config.get(), "MULTIRAIL_REF_THRESH",
                                         value));
         EXPECT_EQ(UCS_OK, try_init(config.get())) << value;
@@ -2014,10 +2013,14 @@ UCS_TEST_P(test_ucp_multirail_by_reference, endpoint_fails, UCP_BY_REF_CONFIG)
     }
 }
 
-/* With UCX_MULTIRAIL_REF_THRESH=inf (the default) every zero-copy message
- * is copied: the requests complete with the sender alone moving, and the
- * copies are held until the peer acknowledges them */
-UCS_TEST_P(test_ucp_multirail_by_reference, copied_by_default,
+/* By default (UCX_MULTIRAIL_REF_THRESH=auto) a zero-copy message is copied
+ * over TCP, whose own completion is local: the requests complete with the
+ * sender alone moving, and the copies are held until the peer acknowledges
+ * them. Over RC, whose own completion waits for the peer's device, it is
+ * sent by reference: nothing is copied, and the requests complete only
+ * once the peer has acknowledged them (the sender moving alone completes
+ * none). */
+UCS_TEST_P(test_ucp_multirail_by_reference, by_transport_by_default,
            "RNDV_THRESH=inf", "ZCOPY_THRESH=4k")
 {
     static const int count    = 8;
@@ -2027,9 +2030,11 @@ UCS_TEST_P(test_ucp_multirail_by_reference, copied_by_default,
     std::vector<void*> sreqs, rreqs;
     unsigned long refs, copies;
     uint32_t next;
+    bool rc;
     int i;
 
     skip_unless_tcp_or_rc();
+    rc = rc_lanes();
     exchange(8, 4);
     wait_all_acked(&next);
     for (i = 0; i < count; ++i) {
@@ -2040,18 +2045,32 @@ UCS_TEST_P(test_ucp_multirail_by_reference, copied_by_default,
         ASSERT_FALSE(UCS_PTR_IS_ERR(sreqs.back()));
     }
 
-    ucs_time_t deadline = ucs_get_time() + ucs_time_from_sec(10.0);
+    /* the sender alone: 10 s for the copies, 1 s to see that none of the
+     * messages sent by reference completes */
+    ucs_time_t deadline = ucs_get_time() +
+                          ucs_time_from_sec(rc ? 1.0 : 10.0);
     while ((requests_done(sreqs) < count) && (ucs_get_time() < deadline)) {
         sender().progress();
     }
-    ASSERT_EQ(count, requests_done(sreqs)) << "copies complete at once";
-    EXPECT_GE(ucp_failover_worker_held(sender().worker()), count * size)
-            << "the copies are held until acknowledged";
     ref_counts(ep_info(sender()), &refs, &copies);
-    EXPECT_EQ(0u, refs);
+    if (rc) {
+        EXPECT_EQ(0, requests_done(sreqs))
+                << "completed before the peer acknowledged";
+        EXPECT_GE(refs, (unsigned long)count) << "fragments by reference";
+        EXPECT_LT(ucp_failover_worker_held(sender().worker()), count * size)
+                << "no copy of the messages is held (trailers only)";
+    } else {
+        ASSERT_EQ(count, requests_done(sreqs)) << "copies complete at once";
+        EXPECT_GE(ucp_failover_worker_held(sender().worker()), count * size)
+                << "the copies are held until acknowledged";
+        EXPECT_EQ(0u, refs);
+        for (i = 0; i < count; ++i) {
+            /* copied before */
+            std::fill(sbufs[i].begin(), sbufs[i].end(), 0);
+        }
+    }
 
     for (i = 0; i < count; ++i) {
-        std::fill(sbufs[i].begin(), sbufs[i].end(), 0); /* copied before */
         rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(), rbufs[i].data(),
                                          size, 0x7c0 + i, (ucp_tag_t)-1,
                                          &param));
@@ -2062,6 +2081,8 @@ UCS_TEST_P(test_ucp_multirail_by_reference, copied_by_default,
         EXPECT_TRUE(std::vector<char>(size, (char)(i + 1)) == rbufs[i])
                 << "message " << i;
     }
+    ref_counts(ep_info(sender()), &refs, &copies);
+    EXPECT_EQ(0u, copies) << "none went again";
     EXPECT_EQ(0u, m_err_count);
 }
 
