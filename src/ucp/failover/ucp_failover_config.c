@@ -104,8 +104,9 @@ ucs_config_field_t ucp_multirail_config_table[] = {
    "UCT/TCP's local completion costs more bandwidth than the copy, a sender\n"
    "that waits for each send before the next loses a third). \"inf\" copies\n"
    "every message; a size, e.g. 8k, sends messages of that size and more by\n"
-   "reference over every transport. Over RDMA the trailer goes from registered\n"
-   "buffers, and a message sent again on another device's lane is copied.",
+   "reference over every transport. Over RDMA the trailer goes from\n"
+   "registered buffers, and a message sent again on another device's lane\n"
+   "is copied.",
    ucs_offsetof(ucp_multirail_config_t, ref_thresh), UCS_CONFIG_TYPE_MEMUNITS},
 
   {NULL}

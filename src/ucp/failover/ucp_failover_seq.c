@@ -619,11 +619,12 @@ void ucp_failover_iface_attr(ucp_worker_h worker, ucp_rsc_index_t rsc_index,
      * domain needs memory handles (RDMA) takes the trailer from a registered
      * buffer, which exists only when messages are sent by reference
      * (UCX_MULTIRAIL_REF_THRESH; by default every one there) and are
-     * registered on the transport's memory domain; else UCP sends its large active messages as bcopy
-     * fragments, a copy as well. There a copy (a message smaller
-     * than the threshold, or one sent again on another lane: the user's
-     * memory handle is of the first lane's device) is sent as bcopy, so a
-     * zero-copy message must fit one with the header and trailer. */
+     * registered on the transport's memory domain; else UCP sends its large
+     * active messages as bcopy fragments, a copy as well. There a copy (a
+     * message smaller than the threshold, or one sent again on another
+     * lane: the user's memory handle is of the first lane's device) is sent
+     * as bcopy, so a zero-copy message must fit one with the header and
+     * trailer. */
     md_index  = context->tl_rscs[rsc_index].md_index;
     need_memh = !!(context->tl_mds[md_index].attr.cap.flags &
                    UCT_MD_FLAG_NEED_MEMH);

@@ -2016,12 +2016,12 @@ void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
     seq_ep->ref_thresh = ucp_failover_ref_thresh(ep->worker->context,
                                                  seq_ep->ref_md !=
                                                  UCP_NULL_RESOURCE);
-    seq_ep->ref_iov = ((attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) &&
-                       ((seq_ep->ref_md == UCP_NULL_RESOURCE) ||
-                        ucp_failover_pool_reg_covers(ep->worker->context,
-                                                     seq_ep->ref_md))) ?
-                      ucs_min(attr->cap.am.max_iov,
-                              UCP_FAILOVER_SEQ_REF_IOV) : 0;
+    seq_ep->ref_iov    = ((attr->cap.flags & UCT_IFACE_FLAG_AM_ZCOPY) &&
+                          ((seq_ep->ref_md == UCP_NULL_RESOURCE) ||
+                           ucp_failover_pool_reg_covers(ep->worker->context,
+                                                        seq_ep->ref_md))) ?
+                         ucs_min(attr->cap.am.max_iov,
+                                 UCP_FAILOVER_SEQ_REF_IOV) : 0;
 }
 
 /*
