@@ -126,7 +126,9 @@ int ucp_failover_pool_reg_wanted(ucp_context_h context)
     ucp_md_map_t md_map = context->reg_md_map[UCS_MEMORY_TYPE_HOST];
     ucp_md_index_t md_index;
 
-    if (context->config.ext.multirail.ref_thresh == UCS_MEMUNITS_INF) {
+    /* (the threshold where memory handles are needed: none is sent by
+     * reference there with "inf") */
+    if (ucp_failover_ref_thresh(context, 1) == UCS_MEMUNITS_INF) {
         return 0;
     }
 
