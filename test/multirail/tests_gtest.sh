@@ -100,6 +100,9 @@ mr_gtest_devorder() {
     # UCT/TCP: an endpoint that took over a busy socket sends its data and
     # drops it when it connects again (patch 0036, the soak's assertion)
     mr_gtest uct_tcp_inherited_tx 'tcp/test_uct_tcp_inherited_tx.*' "$ns"
+    # UCP/WIREUP: a discarded auxiliary endpoint's queued wireup message is
+    # released, not reported as a bug (patch 0063)
+    mr_gtest wireup_aux_discard 'tcp/test_ucp_wireup_aux_discard.*' "$ns"
     # lane failover between two workers needs two devices for two lanes
     UCX_NET_DEVICES=d0x,d1x \
         mr_gtest lane_failover 'tcp/test_ucp_multirail_failover.*' "$ns"

@@ -635,12 +635,7 @@ t_roce_tx_hold() {
 # endpoints destroyed one after another while rxe never reports their QP's
 # last WQE (patch 0058), and a keepalive check of a full send queue
 # (patch 0060). Left out: the cases that work on a TCP socket and
-# the ones that need an error callback (err mode NONE); and, since session
-# 35, the injected device fatal error in err mode NONE
-# (device_fatal_fails_its_lanes/1): an open defect, a UD endpoint that
-# times out after the event kills the process ("unhandled timeout error",
-# fatal in err mode NONE), in 6 of 8 runs of session 35 with
-# UCX_MULTIRAIL_REF_THRESH inf or auto (docs/testbed.md)
+# the ones that need an error callback (err mode NONE)
 MR_ROCE_GTEST_FILTER='rcv/test_ucp_multirail_failover.*/0'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_failover.*/1'
 MR_ROCE_GTEST_FILTER+=':rcv/test_ucp_multirail_failover.*/2'
@@ -661,7 +656,6 @@ MR_ROCE_GTEST_FILTER+=':*data_stream_lost_fragments*:*chunk_sent_with_zero_copy*
 MR_ROCE_GTEST_FILTER+=':*last_lane_fails_endpoint/1:*last_lane_fails_endpoint/3'
 MR_ROCE_GTEST_FILTER+=':*config_table_full*/1:*config_table_full*/3'
 MR_ROCE_GTEST_FILTER+=':*off_is_stock/1:*off_is_stock/3'
-MR_ROCE_GTEST_FILTER+=':*device_fatal_fails_its_lanes/1'
 
 mr_roce_gtest() {
     if [ -n "${MR_FILTER:-}" ] && ! [[ gtest_roce_rc == $MR_FILTER ]]; then
