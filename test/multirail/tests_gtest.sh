@@ -69,6 +69,7 @@ mr_gtest_devorder() {
        ! [[ gtest_uct_tcp_canceled_rx == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_reuse_conn_fail == $MR_FILTER ]] &&
        ! [[ gtest_uct_tcp_inherited_tx == $MR_FILTER ]] &&
+       ! [[ gtest_wireup_aux_discard == $MR_FILTER ]] &&
        ! [[ gtest_tcp_peer_failure == $MR_FILTER ]] &&
        ! [[ gtest_tcp_sockaddr_err == $MR_FILTER ]]; then
         return 0

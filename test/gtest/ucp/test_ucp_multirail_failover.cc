@@ -2609,42 +2609,61 @@ protected:
 
     static std::vector<uct_pending_req_t*> s_queued;
     static unsigned s_destroyed;
+    /* static: a discard that did not complete in the test still refers to
+     * them when the worker goes */
+    static uct_iface_t s_aux_iface;
+    static uct_ep_t s_aux_ep;
 };
 
 std::vector<uct_pending_req_t*> test_ucp_wireup_aux_discard::s_queued;
 unsigned test_ucp_wireup_aux_discard::s_destroyed = 0;
+uct_iface_t test_ucp_wireup_aux_discard::s_aux_iface;
+uct_ep_t test_ucp_wireup_aux_discard::s_aux_ep;
 
 UCS_TEST_P(test_ucp_wireup_aux_discard, queued_wireup_message_released)
 {
     ucp_worker_h worker = sender().worker();
     ucp_ep_h ep         = sender().ep();
     ucp_rsc_index_t rsc = UCS_BITMAP_FFS(sender().ucph()->tl_bitmap);
-    uct_iface_t aux_iface;
-    uct_ep_t aux_ep;
     uct_ep_h uct_ep;
+    ucs_status_t status;
 
     s_queued.clear();
     s_destroyed = 0;
-    memset(&aux_iface, 0, sizeof(aux_iface));
-    aux_iface.ops.ep_pending_add   = aux_pending_add;
-    aux_iface.ops.ep_pending_purge = aux_pending_purge;
-    aux_iface.ops.ep_flush         = aux_flush;
-    aux_iface.ops.ep_destroy       = aux_destroy;
-    aux_ep.iface                   = &aux_iface;
+    memset(&s_aux_iface, 0, sizeof(s_aux_iface));
+    s_aux_iface.ops.ep_pending_add   = aux_pending_add;
+    s_aux_iface.ops.ep_pending_purge = aux_pending_purge;
+    s_aux_iface.ops.ep_flush         = aux_flush;
+    s_aux_iface.ops.ep_destroy       = aux_destroy;
+    s_aux_ep.iface                   = &s_aux_iface;
 
-    UCS_ASYNC_BLOCK(&worker->async);
-    ASSERT_UCS_OK(ucp_wireup_ep_create(ep, &uct_ep));
-    ucp_wireup_ep_t *wireup_ep = ucp_wireup_ep(uct_ep);
-    /* (the discard's completion takes it back) */
-    ucp_worker_iface_progress_ep(ucp_worker_iface(worker, rsc));
-    ucp_wireup_ep_set_aux(wireup_ep, &aux_ep, rsc, 0);
-
-    /* a wireup message (e.g. a reply) waits on the auxiliary endpoint */
+    /* a wireup message (e.g. a reply) */
     ucp_request_t *req = ucp_request_mem_alloc("test_wireup_msg");
     ASSERT_TRUE(req != NULL);
     req->send.uct.func = ucp_wireup_msg_progress;
     req->send.buffer   = ucs_malloc(16, "test_wireup_msg_buffer");
-    ASSERT_UCS_OK(uct_ep_pending_add(uct_ep, &req->send.uct, 0));
+
+    UCS_ASYNC_BLOCK(&worker->async);
+    status = ucp_wireup_ep_create(ep, &uct_ep);
+    if (status != UCS_OK) {
+        UCS_ASYNC_UNBLOCK(&worker->async);
+        ucs_free(req->send.buffer);
+        ucp_request_mem_free(req);
+        FAIL() << "ucp_wireup_ep_create: " << ucs_status_string(status);
+    }
+
+    ucp_wireup_ep_t *wireup_ep = ucp_wireup_ep(uct_ep);
+    /* (the discard's completion takes it back) */
+    ucp_worker_iface_progress_ep(ucp_worker_iface(worker, rsc));
+    ucp_wireup_ep_set_aux(wireup_ep, &s_aux_ep, rsc, 0);
+
+    /* it waits on the auxiliary endpoint */
+    status = uct_ep_pending_add(uct_ep, &req->send.uct, 0);
+    EXPECT_UCS_OK(status);
+    if (status != UCS_OK) {
+        ucs_free(req->send.buffer);
+        ucp_request_mem_free(req);
+    }
     EXPECT_EQ(1u, s_queued.size());
     EXPECT_EQ(1u, wireup_ep->pending_count);
 
