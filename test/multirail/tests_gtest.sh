@@ -23,7 +23,9 @@ mr_gtest() {
     # UCX prints a skipped case as [ SKIP ] followed by [ OK ]
     n_skip=$(grep -c '^\[     SKIP \]' "$log" || true)
     n_ok=$(grep -c '^\[       OK \]' "$log" || true)
-    n_fail=$(grep -c '^\[  FAILED  \] .*(' "$log" || true)
+    # (a failed case's line ends with its time; the summary repeats the
+    # name, and a parameterized case's has "GetParam() = ...")
+    n_fail=$(grep -cE '^\[  FAILED  \] .* \([0-9]+ ms\)' "$log" || true)
     n_ok=$((n_ok - n_skip))
     if [ $rc != 0 ] && [ "$n_fail" = 0 ]; then
         n_fail=1 # crashed or timed out

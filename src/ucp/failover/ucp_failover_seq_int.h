@@ -236,6 +236,9 @@ typedef struct ucp_failover_seq_ep {
     /* waits for the worker's bound (ucp_failover_seq_worker_full) */
     ucp_failover_pool_waiter_t pool_waiter;
     int                dispatching;   /* running requests of 'pending' */
+    int                mem_wait;      /* what stopped the last send was
+                                         memory for a copy, not the
+                                         transport */
     uct_worker_cb_id_t dispatch_id;
     ucp_worker_h       worker;
     unsigned           busy;          /* depth of its own code on the stack */

@@ -877,6 +877,7 @@ ucp_failover_seq_tl_send_ref(ucp_failover_seq_ep_t *seq_ep,
                      "it again, it waits", seq_ep->super.ucp_ep, st->id,
                      entry->sn);
         }
+        seq_ep->mem_wait = 1;
         return UCS_ERR_NO_RESOURCE;
     }
 
@@ -1001,7 +1002,8 @@ static ucs_status_t ucp_failover_seq_kick_from(ucp_failover_seq_ep_t *seq_ep,
 
     ++seq_ep->busy;
     for (retries = 0; (retries < 16) && !seq_ep->dead; ++retries) {
-        status = ucp_failover_seq_send_backlog(seq_ep);
+        seq_ep->mem_wait = 0;
+        status           = ucp_failover_seq_send_backlog(seq_ep);
         if (seq_ep->dead ||
             (UCS_STATUS_IS_ERR(status) && (status != UCS_ERR_NO_RESOURCE))) {
             goto out;
@@ -1028,7 +1030,13 @@ static ucs_status_t ucp_failover_seq_kick_from(ucp_failover_seq_ep_t *seq_ep,
 
         /* the current transport endpoint: a failover may have changed it */
         tl_ep = ucp_failover_seq_tl_ep(seq_ep);
-        if (tl_ep == queued_on) {
+        if ((tl_ep == queued_on) && seq_ep->mem_wait) {
+            /* Memory for a copy stopped it, not the transport, which may
+             * have room: a transport's pending callback must not decline
+             * then (RC asserts that the endpoint has no resources). The
+             * resume request leaves the queue; progress tries again. */
+            break;
+        } else if (tl_ep == queued_on) {
             seq_ep->resume_queued = 1;
             seq_ep->resume_ep     = tl_ep;
             ret                   = UCS_ERR_NO_RESOURCE;
@@ -1193,6 +1201,7 @@ ucp_failover_seq_no_memory(ucp_failover_seq_ep_t *seq_ep, size_t length)
 {
     ucs_diag("ep %p: no memory to retain a message of %zu bytes, it waits",
              seq_ep->super.ucp_ep, length);
+    seq_ep->mem_wait = 1;
     return ucp_failover_seq_decline(seq_ep);
 }
 
@@ -2086,6 +2095,7 @@ UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
     self->pool_waiter.waiting = 0;
     self->pool_waiter.cb      = ucp_failover_seq_pool_wake;
     self->dispatching         = 0;
+    self->mem_wait            = 0;
     self->dispatch_id         = UCS_CALLBACKQ_ID_NULL;
     self->worker              = ep->worker;
     self->busy                = 0;
