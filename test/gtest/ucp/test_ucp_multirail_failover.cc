@@ -3087,7 +3087,9 @@ protected:
         check_survived();
     }
 
-    void stream_traffic(size_t size, int count)
+    /* the lane fails when @a min_done messages were sent (0: at once, with
+     * messages still on their way) */
+    void stream_traffic(size_t size, int count, size_t min_done = 1)
     {
         std::vector<char> sall, rall(size * count, 0);
         std::vector<std::vector<char> > sbufs(count);
@@ -3103,7 +3105,7 @@ protected:
             reqs.push_back(ucp_stream_send_nbx(sender().ep(), sbufs[i].data(),
                                                size, &sparam));
         }
-        fail_mid_traffic();
+        fail_mid_traffic(min_done);
         rparam.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
         rparam.flags        = UCP_STREAM_RECV_FLAG_WAITALL;
         reqs.push_back(ucp_stream_recv_nbx(receiver().ep(), rall.data(),
@@ -3413,6 +3415,21 @@ UCS_TEST_P(test_ucp_multirail_traffic, am_rndv)
 UCS_TEST_P(test_ucp_multirail_traffic, stream)
 {
     stream_traffic(300000, 16);
+}
+
+/* A stream message of many fragments, waiting on the am lane when that lane
+ * fails, goes on from where it stopped on the new am lane, whose memory
+ * domain its buffer is not registered on: UCP registers a stream message's
+ * buffer for its first fragment only, and without patch 0064 the next
+ * fragment posted the handle in another slot of the request (another
+ * domain's, or a stale one; on soft-RoCE "local QP operation error" failed
+ * the surviving lane). The tag message before it, striped over both lanes,
+ * leaves both domains' handles in the sender's requests. */
+UCS_TEST_P(test_ucp_multirail_traffic, stream_resumes_on_new_am_lane,
+           "RNDV_THRESH=inf", "ZCOPY_THRESH=16k")
+{
+    exchange(1 << 20, 1);
+    stream_traffic(4 << 20, 2, 0);
 }
 
 UCS_TEST_P(test_ucp_multirail_traffic, rma_put)
