@@ -370,6 +370,21 @@ t_roce_byref() {
     mr_expect_byref
 }
 
+# t_roce_byref_tight GUEST RAIL CONN ERRMODE: t_roce_byref with a small
+# retention bound (UCX_MULTIRAIL_RETAIN=256k): the messages sent by
+# reference on the failed lane are copied to go again while new messages
+# hold the room, so the copies wait for room (at least once, or the test
+# did not test it); a stream's oldest message is copied whatever the bound,
+# else the wait never ended (session 36: 1 of 2 runs stalled)
+t_roce_byref_tight() {
+    local MR_ROCE_EXTRA_ENV="${MR_ROCE_EXTRA_ENV:-} UCX_MULTIRAIL_RETAIN=256k"
+    local waits
+    t_roce_byref "$@"
+    waits=$(grep -c "no room or memory to copy" "$MR_DIR/client.out" || true)
+    mr_note+=" copy_waits=$waits"
+    [ "$waits" -ge 1 ] || mr_fail "the client's copies never waited for room"
+}
+
 # mr_roce_end_client: the checker's client in guest a ends its traffic now,
 # as if its duration had passed (SIGUSR1)
 mr_roce_end_client() {
@@ -720,6 +735,8 @@ mr_roce_all() {
     mr_roce_run roce_reported_case_link_r1_a t_roce_link_cut a 1 sockaddr peer
     # the same with messages sent by reference, the am lane's rail (r0)
     mr_roce_run roce_byref_link_r0_a t_roce_byref a 0 sockaddr peer
+    # ... with a retention bound that the copies must wait for
+    mr_roce_run roce_byref_tight_link_r0_a t_roce_byref_tight a 0 sockaddr peer
     # the am lane's rail, on the other side; it also carries the RMA lane:
     # RMA put/get in flight are sent again (patch 0039); atomics are
     # messages on the sequenced am lane (a failover worker offers no device

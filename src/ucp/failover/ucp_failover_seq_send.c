@@ -516,7 +516,11 @@ ucp_failover_seq_ref_copy(ucp_failover_seq_t *seq,
  * be sent again on a lane that cannot send them by reference (the user's
  * memory handle is of the old lane's domain), and their users' requests
  * complete: the copies take their places in the retention, while it holds
- * less than its bound (the rest stay as they are, and wait). With
+ * less than its bound (the rest stay as they are, and wait). The stream's
+ * oldest message, when it is the next to send, is copied whatever the bound:
+ * nothing of the stream is on its way then whose acknowledgement would make
+ * room, and the messages queued behind it may hold all of it (at most one
+ * message per stream over the bound, until the peer acknowledges it). With
  * @a drop_status an error, they are dropped instead (the endpoint failed)
  * and their requests complete with it. The failure path only.
  */
@@ -528,6 +532,7 @@ static void ucp_failover_seq_stream_own(ucp_failover_seq_t *seq,
     ucs_queue_head_t retained, refs;
     int unsent_dropped = 0;
     uint32_t unsent_sn = 0;
+    int full;
 
     if (st->refs == 0) {
         return;
@@ -537,12 +542,13 @@ static void ucp_failover_seq_stream_own(ucp_failover_seq_t *seq,
     ucs_queue_head_init(&refs);
     ucs_queue_for_each_extract(entry, &st->retained, queue, 1) {
         copy = NULL;
+        full = (seq->retained_bytes >= seq->retain) &&
+               ((entry != st->unsent) || !ucs_queue_is_empty(&retained));
         if ((entry->chunk != NULL) ||
             !(entry->flags & UCP_FAILOVER_SEQ_ENTRY_REF) ||
             ((drop_status == UCS_OK) &&
-             ((seq->retained_bytes >= seq->retain) ||
-              ((copy = ucp_failover_seq_ref_copy(seq, st, entry)) ==
-               NULL)))) {
+             (full || ((copy = ucp_failover_seq_ref_copy(seq, st, entry)) ==
+                       NULL)))) {
             ucs_queue_push(&retained, &entry->queue);
             continue;
         }
