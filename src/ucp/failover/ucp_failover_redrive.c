@@ -704,6 +704,14 @@ static ucs_status_t ucp_failover_rkey_req_move(ucp_request_t *req)
     return ucp_failover_rma_buffer_move(req);
 }
 
+/*
+ * Called by a basic RMA/AMO progress function whose rkey's cache is not for
+ * the endpoint's configuration or the request's lane. The request may run
+ * from the pending queue of its old lane: if its new lane has no room, it
+ * waits on the new lane's queue instead (as UCP's multi-fragment protocols
+ * switch queues), for the old lane's may have room, and RC asserts that a
+ * request it dispatches declines only without.
+ */
 ucs_status_t ucp_failover_rkey_req_refresh(ucp_request_t *req)
 {
     ucs_status_t status;
@@ -717,7 +725,18 @@ ucs_status_t ucp_failover_rkey_req_refresh(ucp_request_t *req)
 
     ucs_debug("req %p: ep %p configuration changed under an RMA/AMO request, "
               "it goes on lane[%d]", req, req->send.ep, req->send.lane);
-    return req->send.uct.func(&req->send.uct);
+    for (;;) {
+        status = req->send.uct.func(&req->send.uct);
+        if ((status != UCS_ERR_NO_RESOURCE) ||
+            (req->send.lane == req->send.pending_lane)) {
+            return status;
+        }
+
+        if (ucp_request_pending_add(req)) {
+            return UCS_OK;
+        }
+        /* the new lane has room again: try again */
+    }
 }
 
 /*
