@@ -90,10 +90,11 @@ mr_roce_down() {
     mr_roce_up=0
 }
 
-# mr_roce_tag NAME: a job tag for NAME under this test's transports (jobs
-# of two tests must not share one: their outputs would mix)
+# mr_roce_tag NAME: a job tag for NAME under this test's transports and
+# MR_ROCE_TAG_EXTRA (jobs of two tests must not share one: their outputs
+# would mix, and the guest refuses a job name it ran already)
 mr_roce_tag() {
-    local tag=$1-${MR_ROCE_TLS:-rc_verbs}
+    local tag=$1${MR_ROCE_TAG_EXTRA:-}-${MR_ROCE_TLS:-rc_verbs}
     echo "${tag//,/_}"
 }
 
@@ -378,6 +379,7 @@ t_roce_byref() {
 # else the wait never ended (session 36: 1 of 2 runs stalled)
 t_roce_byref_tight() {
     local MR_ROCE_EXTRA_ENV="${MR_ROCE_EXTRA_ENV:-} UCX_MULTIRAIL_RETAIN=256k"
+    local MR_ROCE_TAG_EXTRA=-tight
     local waits
     t_roce_byref "$@"
     waits=$(grep -c "no room or memory to copy" "$MR_DIR/client.out" || true)
