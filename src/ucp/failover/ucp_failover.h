@@ -24,9 +24,10 @@ struct ucs_string_buffer;
  * (address.c). Two peers fail over only when they run the same version; a
  * peer with another one is treated as a stock peer. Raise it with every
  * change of what goes on the wire. At most 8 (three bits carry it).
- * 1: issue 24; 2: the RESEND flag of an acknowledgement (session 18).
+ * 1: issue 24; 2: the RESEND flag of an acknowledgement (session 18); 3:
+ * LANE_UP_REQ and LANE_UP_ACK carry the sender's last lane_sn (session 38).
  */
-#define UCP_FAILOVER_WIRE_VERSION 2
+#define UCP_FAILOVER_WIRE_VERSION 3
 
 
 /**

@@ -203,8 +203,10 @@ typedef struct {
     uint32_t         token;         /* recovery messages: the attempt */
     uint16_t         lane_sn;       /* messages on the am lane: their order
                                        per lane and sender, from 1; 0 for
-                                       those sent over the lane itself and
-                                       for CLOSING */
+                                       CLOSING. LANE_UP_REQ and LANE_UP_ACK
+                                       (over the lane itself): the last one
+                                       the sender numbered for the lane, 0
+                                       if none */
     uint8_t          addr_len;      /* length of the address that follows */
 } UCS_S_PACKED ucp_failover_msg_t;
 
@@ -239,6 +241,15 @@ void ucp_failover_wire_send(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,
 
 /** Tell the peer that @a lane failed (a LANE_DOWN message) */
 void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane);
+
+
+/**
+ * The peer's messages about @a lane numbered up to @a lane_sn are superseded
+ * (it answered a recovery handshake after sending them): from now on they
+ * are ignored as stale. 0 means none.
+ */
+void ucp_failover_wire_superseded(ucp_ep_h ep, ucp_lane_index_t lane,
+                                  uint16_t lane_sn);
 
 
 /**

@@ -239,7 +239,11 @@ void ucp_failover_recover_lane_down(ucp_ep_h ep, ucp_lane_index_t lane,
     ucs_strncpy_zero(rl->last_reason, reason, sizeof(rl->last_reason));
 }
 
-/* A LANE_UP_REQ or LANE_UP_ACK about @a lane over @a uct_ep (on its rail) */
+/* A LANE_UP_REQ or LANE_UP_ACK about @a lane over @a uct_ep (on its rail),
+ * with the number of the last message about the lane sent on the am lane:
+ * the handshake may overtake it, and the peer that installs the lane on our
+ * answer must then ignore it (a LANE_DOWN from before would fail the lane
+ * again on that side only) */
 static ucs_status_t ucp_failover_send_on_rail(ucp_ep_h ep, uct_ep_h uct_ep,
                                               ucp_lane_index_t lane,
                                               uint8_t type, uint32_t token)
@@ -247,6 +251,7 @@ static ucs_status_t ucp_failover_send_on_rail(ucp_ep_h ep, uct_ep_h uct_ep,
     ucp_failover_msg_t msg;
 
     ucp_failover_msg_init(ep, lane, type, token, &msg);
+    msg.lane_sn = ucp_failover_ep(ep)->tx_lane_sn[lane];
     return ucp_failover_msg_send(ep, lane, uct_ep, &msg);
 }
 
@@ -856,6 +861,9 @@ void ucp_failover_recover_msg(ucp_ep_h ep, ucp_lane_index_t lane,
 
         ucp_failover_lane_up(rl);
         if (!ucp_failover_lane_is_failed(ep, lane)) {
+            /* what the peer said about the lane before it answered is
+             * stale, however late it comes */
+            ucp_failover_wire_superseded(ep, lane, msg->lane_sn);
             ucp_failover_wire_send(ep, lane, UCP_FAILOVER_MSG_LANE_UP, 0, NULL,
                                    0);
         }

@@ -159,25 +159,43 @@ static uint16_t ucp_failover_lane_sn_next(ucp_ep_h ep, ucp_lane_index_t lane)
     return fo->tx_lane_sn[lane];
 }
 
+/* Whether the peer's message numbered @a lane_sn about @a lane is older than
+ * one already handled, or superseded */
+static int ucp_failover_lane_sn_is_old(ucp_ep_h ep, ucp_lane_index_t lane,
+                                       uint16_t lane_sn)
+{
+    uint16_t last = ucp_failover_ep(ep)->rx_lane_sn[lane];
+
+    return (last != 0) && ((int16_t)(lane_sn - last) <= 0);
+}
+
 /* Whether a numbered message is older than one already handled: the later
  * one says what the sender does now (a CONNECT overtaken by the CONNECT_ACK
- * that abandoned its attempt, a LANE_DOWN overtaken by the lane's recovery) */
+ * that abandoned its attempt, a LANE_DOWN overtaken by the lane's recovery).
+ * The recovery messages sent over the lane itself are not numbered: their
+ * lane_sn is the sender's last number (ucp_failover_wire_superseded()). */
 static int ucp_failover_msg_is_stale(ucp_ep_h ep, ucp_lane_index_t lane,
                                      const ucp_failover_msg_t *msg)
 {
-    ucp_failover_ep_t *fo = ucp_failover_ep(ep);
-
-    if (msg->lane_sn == 0) {
+    if ((msg->lane_sn == 0) || (msg->type == UCP_FAILOVER_MSG_LANE_UP_REQ) ||
+        (msg->type == UCP_FAILOVER_MSG_LANE_UP_ACK)) {
         return 0;
     }
 
-    if ((fo->rx_lane_sn[lane] != 0) &&
-        ((int16_t)(msg->lane_sn - fo->rx_lane_sn[lane]) <= 0)) {
+    if (ucp_failover_lane_sn_is_old(ep, lane, msg->lane_sn)) {
         return 1;
     }
 
-    fo->rx_lane_sn[lane] = msg->lane_sn;
+    ucp_failover_ep(ep)->rx_lane_sn[lane] = msg->lane_sn;
     return 0;
+}
+
+void ucp_failover_wire_superseded(ucp_ep_h ep, ucp_lane_index_t lane,
+                                  uint16_t lane_sn)
+{
+    if ((lane_sn != 0) && !ucp_failover_lane_sn_is_old(ep, lane, lane_sn)) {
+        ucp_failover_ep(ep)->rx_lane_sn[lane] = lane_sn;
+    }
 }
 
 void ucp_failover_wire_send(ucp_ep_h ep, ucp_lane_index_t lane, uint8_t type,

@@ -4559,6 +4559,18 @@ protected:
         EXPECT_EQ(0u, kh_size(&monitor(receiver())->attempts));
     }
 
+    /* @a e fails its side of @a lane, without telling the peer */
+    void lane_down_quietly(entity &e, ucp_lane_index_t lane)
+    {
+        ucs_status_t status;
+
+        UCS_ASYNC_BLOCK(&e.worker()->async);
+        status = ucp_failover_lane_down(e.ep(), lane, "test", UCS_OK, 0);
+        UCS_ASYNC_UNBLOCK(&e.worker()->async);
+        ASSERT_UCS_OK(status);
+        EXPECT_EQ(1u, num_failed(e.ep()));
+    }
+
     /* make every new transport endpoint on @a iface fail to connect */
     void break_ep_create(uct_iface_h iface)
     {
@@ -4752,6 +4764,52 @@ UCS_TEST_P(test_ucp_multirail_recover, peer_initiated)
     expect_recovered(lane, 1);
     /* the one endpoint the sender created answered the peer */
     EXPECT_EQ(1u, rl->total_attempts);
+}
+
+/*
+ * The sender's LANE_DOWN comes after the lane came back (it travels on the am
+ * lane, behind data, the handshake on the rail: soft-RoCE UD bed,
+ * roce_ud_link_r1_a). The receiver re-probed and installed the lane on the
+ * sender's LANE_UP_ACK, which carries the number of the sender's last
+ * message about the lane: the late LANE_DOWN is stale. Before, it failed the
+ * lane again on the receiver's side only (a peer's report is not echoed),
+ * and the sender answered the receiver's re-probes over its own side of the
+ * lane, which no longer had a peer: the lane never came back.
+ */
+UCS_TEST_P(test_ucp_multirail_recover, late_lane_down_after_recovery)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane  = data_lane(sender().ep());
+    ucp_lane_index_t rlane = data_lane(receiver().ep());
+    ucp_failover_ep_t *sfo = ucp_ep_ext_control(sender().ep())->failover;
+    ucp_failover_rec_lane_t *rl;
+    uint16_t late_sn;
+
+    /* each side fails the lane by itself; the sender's LANE_DOWN is
+     * numbered, and held back */
+    lane_down_quietly(sender(), lane);
+    lane_down_quietly(receiver(), rlane);
+    late_sn = ++sfo->tx_lane_sn[lane];
+
+    /* only the receiver re-probes: the sender answers, and installs the lane
+     * on the receiver's LANE_UP */
+    rl = rec_lane(sender().ep(), lane);
+    ASSERT_TRUE(rl != NULL);
+    rl->next_attempt = ucs_get_time() + ucs_time_from_sec(1000.0);
+    progress_until_up(receiver().ep());
+    progress_until_up(sender().ep());
+    EXPECT_EQ(1u, rl->total_attempts);
+
+    /* the LANE_DOWN arrives now */
+    sfo->tx_lane_sn[lane] = late_sn - 1;
+    UCS_ASYNC_BLOCK(&sender().worker()->async);
+    ucp_failover_wire_lane_down(sender().ep(), lane);
+    UCS_ASYNC_UNBLOCK(&sender().worker()->async);
+    EXPECT_EQ(late_sn, sfo->tx_lane_sn[lane]);
+    flush_worker(sender());
+    progress_for(0.2);
+    EXPECT_EQ(0u, num_failed(receiver().ep()));
+    expect_recovered(lane, 1);
 }
 
 /* Both sides re-probe at the same time: each lane comes back once */
