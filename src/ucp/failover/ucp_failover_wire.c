@@ -374,9 +374,12 @@ static unsigned ucp_failover_msg_handle(void *arg)
         ucs_diag("ep %p: failover message %d for peer lane %d names no lane "
                  "of ours", ep, work->msg.type, work->msg.sender_lane);
     } else if (ucp_failover_msg_is_stale(ep, lane, &work->msg)) {
-        ucs_debug("ep %p: failover message %d for lane[%d] overtaken (%u "
-                  "after %u), ignored", ep, work->msg.type, lane,
-                  work->msg.lane_sn, ucp_failover_ep(ep)->rx_lane_sn[lane]);
+        /* rare (a message that waited behind data while the lane's state
+         * moved on): a diagnostic, so that a late report shows */
+        ucs_diag("ep %p: failover message %d for lane[%d] overtaken (number "
+                 "%u, %u handled or superseded), ignored", ep,
+                 work->msg.type, lane, work->msg.lane_sn,
+                 ucp_failover_ep(ep)->rx_lane_sn[lane]);
     } else if (work->msg.type != UCP_FAILOVER_MSG_LANE_DOWN) {
         ucp_failover_recover_msg(ep, lane, &work->msg, work->addr);
     } else if (ucp_failover_lane_is_failed(ep, lane)) {
