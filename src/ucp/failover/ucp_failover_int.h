@@ -245,8 +245,8 @@ void ucp_failover_wire_lane_down(ucp_ep_h ep, ucp_lane_index_t lane);
 
 /**
  * The peer's messages about @a lane numbered up to @a lane_sn are superseded
- * (it answered a recovery handshake after sending them): from now on they
- * are ignored as stale. 0 means none.
+ * (it answered our re-probe, or re-probes a lane that is up here, after
+ * sending them): from now on they are ignored as stale. 0 means none.
  */
 void ucp_failover_wire_superseded(ucp_ep_h ep, ucp_lane_index_t lane,
                                   uint16_t lane_sn);

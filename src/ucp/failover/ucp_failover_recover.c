@@ -812,6 +812,11 @@ void ucp_failover_recover_msg(ucp_ep_h ep, ucp_lane_index_t lane,
     case UCP_FAILOVER_MSG_LANE_UP_REQ:
         if (!failed) {
             if (!ucp_is_uct_ep_failed(ep->uct_eps[lane])) {
+                /* the peer re-probes: what it said about the lane before
+                 * (its LANE_DOWN, perhaps still behind data on the am lane)
+                 * is over; if our answer does not reach it, our side
+                 * finds out from its transport */
+                ucp_failover_wire_superseded(ep, lane, msg->lane_sn);
                 ucp_failover_recover_ack_up_lane(ep, lane, msg->token);
             }
             return;

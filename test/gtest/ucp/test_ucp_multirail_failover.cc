@@ -4800,7 +4800,9 @@ UCS_TEST_P(test_ucp_multirail_recover, late_lane_down_after_recovery)
     progress_until_up(sender().ep());
     EXPECT_EQ(1u, rl->total_attempts);
 
-    /* the LANE_DOWN arrives now */
+    /* the LANE_DOWN arrives now (the sender numbered nothing else about
+     * the lane: it sent no LANE_UP, CONNECT or CONNECT_ACK) */
+    ASSERT_EQ(late_sn, sfo->tx_lane_sn[lane]);
     sfo->tx_lane_sn[lane] = late_sn - 1;
     UCS_ASYNC_BLOCK(&sender().worker()->async);
     ucp_failover_wire_lane_down(sender().ep(), lane);
