@@ -4814,6 +4814,47 @@ UCS_TEST_P(test_ucp_multirail_recover, late_lane_down_after_recovery)
     expect_recovered(lane, 1);
 }
 
+/*
+ * The other way round: only the sender's side of the lane failed, and its
+ * LANE_DOWN is late. The sender's LANE_UP_REQ reaches the receiver, whose
+ * side is up: it answers over its lane, and takes the number the request
+ * carries (the sender's last message about the lane) for stale, so the
+ * LANE_DOWN, coming after it, does not fail the receiver's side. (Handed to
+ * the receiver directly: a real re-probe's LANE_UP would come right after
+ * and supersede the LANE_DOWN by its own number.)
+ */
+UCS_TEST_P(test_ucp_multirail_recover, late_lane_down_after_reprobe_of_up_lane)
+{
+    skip_unless_two_lanes();
+    ucp_lane_index_t lane  = data_lane(sender().ep());
+    ucp_lane_index_t rlane = data_lane(receiver().ep());
+    ucp_failover_ep_t *sfo = ucp_ep_ext_control(sender().ep())->failover;
+    ucp_failover_ep_t *rfo = ucp_ep_ext_control(receiver().ep())->failover;
+    uint16_t late_sn       = sfo->tx_lane_sn[lane] + 3;
+    ucp_failover_msg_t msg;
+
+    ucp_failover_msg_init(sender().ep(), lane, UCP_FAILOVER_MSG_LANE_UP_REQ,
+                          12345, &msg);
+    msg.lane_sn = late_sn;
+    UCS_ASYNC_BLOCK(&receiver().worker()->async);
+    ucp_failover_recover_msg(receiver().ep(), rlane, &msg, NULL);
+    UCS_ASYNC_UNBLOCK(&receiver().worker()->async);
+    EXPECT_EQ(late_sn, rfo->rx_lane_sn[rlane]);
+
+    /* the LANE_DOWN numbered as the request said */
+    sfo->tx_lane_sn[lane] = late_sn - 1;
+    UCS_ASYNC_BLOCK(&sender().worker()->async);
+    ucp_failover_wire_lane_down(sender().ep(), lane);
+    UCS_ASYNC_UNBLOCK(&sender().worker()->async);
+    flush_worker(sender());
+    progress_for(0.2);
+    EXPECT_EQ(0u, num_failed(receiver().ep()));
+    EXPECT_EQ(0u, num_failed(sender().ep()));
+    EXPECT_EQ(0u, rfo->num_recoveries);
+    exchange(1 << 20, 2);
+    EXPECT_EQ(0u, m_err_count);
+}
+
 /* Both sides re-probe at the same time: each lane comes back once */
 UCS_TEST_P(test_ucp_multirail_recover, both_sides_at_once)
 {
