@@ -204,9 +204,10 @@ typedef struct {
     uint16_t         lane_sn;       /* messages on the am lane: their order
                                        per lane and sender, from 1; 0 for
                                        CLOSING. LANE_UP_REQ and LANE_UP_ACK
-                                       (over the lane itself): the last one
-                                       the sender numbered for the lane, 0
-                                       if none */
+                                       (over the rail: an attempt's endpoint
+                                       or the lane): the last one the
+                                       sender numbered for the lane, 0 if
+                                       none */
     uint8_t          addr_len;      /* length of the address that follows */
 } UCS_S_PACKED ucp_failover_msg_t;
 

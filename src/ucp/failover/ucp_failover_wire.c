@@ -172,7 +172,7 @@ static int ucp_failover_lane_sn_is_old(ucp_ep_h ep, ucp_lane_index_t lane,
 /* Whether a numbered message is older than one already handled: the later
  * one says what the sender does now (a CONNECT overtaken by the CONNECT_ACK
  * that abandoned its attempt, a LANE_DOWN overtaken by the lane's recovery).
- * The recovery messages sent over the lane itself are not numbered: their
+ * The recovery messages sent over the rail are not numbered: their
  * lane_sn is the sender's last number (ucp_failover_wire_superseded()). */
 static int ucp_failover_msg_is_stale(ucp_ep_h ep, ucp_lane_index_t lane,
                                      const ucp_failover_msg_t *msg)
