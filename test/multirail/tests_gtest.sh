@@ -43,6 +43,9 @@ mr_gtest() {
         { grep '^\[  FAILED  \]' "$log" || true; } | sort -u | head -20 >&2
         grep -E 'Caught signal|Assertion|Fatal|Bug:' "$log" | head -5 >&2 ||
             true
+        # what each failed check said (the log stays on the machine that
+        # ran it; CI shows only this)
+        grep -A6 ': Failure$' "$log" | head -40 >&2 || true
         echo "[ FAIL ] gtest_$group: $n_ok passed, $n_fail failed (rc $rc)," \
              "log $log" >&2
     else

@@ -583,10 +583,12 @@ submit() {
     mv "$dir/jobs/.$name.tmp" "$dir/jobs/$name.sh"
 }
 
-# Wait up to TIMEOUT s for job NAME to end; 124 if it did not
+# Wait up to TIMEOUT s for job NAME to end; 124 if it did not (wall time:
+# on a loaded machine the loop's turns take longer than their sleeps, and a
+# caller's own timeout must not come first and lose the job's output)
 wait_job() {
-    local g=$1 name=$2 timeout=$3 dir=$run/$1 i
-    for ((i = 0; i < timeout * 10; i++)); do
+    local g=$1 name=$2 timeout=$3 dir=$run/$1 i end=$((SECONDS + $3))
+    for ((i = 0; SECONDS < end; i++)); do
         [ -e "$dir/out/$name.rc" ] && break
         if ((i % 20 == 0)) && ! qemu_pid "$g" >/dev/null; then
             log "guest $g is down"
