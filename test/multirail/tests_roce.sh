@@ -687,6 +687,33 @@ MR_ROCE_GTEST_FILTER+=':*last_lane_fails_endpoint/1:*last_lane_fails_endpoint/3'
 MR_ROCE_GTEST_FILTER+=':*config_table_full*/1:*config_table_full*/3'
 MR_ROCE_GTEST_FILTER+=':*off_is_stock/1:*off_is_stock/3'
 
+# t_roce_compute SECS: the server makes no UCP call for SECS seconds, 3 s
+# into the traffic (a compute phase; its UCX async thread runs on), failover
+# on, worker-address endpoints. UD is acknowledged by the peer's software,
+# not its HCA: while the server computes, its async thread must answer the
+# client's UD lanes (the wireup and keepalive lane of RC endpoints, every
+# lane of UD ones), or the client's UD peer timeout (3 s from the bed's
+# failure timeout, patch 0050) fails them over although nothing broke. No
+# lane may fail over, nothing may be lost, the server must have stalled.
+t_roce_compute() {
+    local secs=$1 tag dur=$(($1 + 12)) role n
+    tag=$(mr_roce_tag "compute-$1")
+    mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
+    mr_roce_pair_start "$tag" y "$dur" -- --conn address --err-mode peer \
+        --apis tag,am,stream --sizes 8,4k,64k --stall "$secs@3" ||
+        { mr_fail "server did not listen"; mr_roce_pair_wait "$tag" "$dur";
+          return 0; }
+    mr_roce_pair_wait "$tag" "$dur"
+    mr_expect_clean "$MR_DIR"
+    grep -q "stall_end" "$MR_DIR/server.out" ||
+        mr_fail "the server did not stall"
+    for role in client server; do
+        n=$(mr_count_running "$MR_DIR/$role.out" "failed \\(")
+        mr_expect_eq "$role lane failovers around the compute phase" 0 "$n"
+    done
+    mr_note+=" stall=${secs}s tls=${MR_ROCE_TLS:-rc_verbs}"
+}
+
 mr_roce_gtest() {
     if [ -n "${MR_FILTER:-}" ] && ! [[ gtest_roce_rc == $MR_FILTER ]]; then
         return 0
@@ -782,6 +809,13 @@ mr_roce_all() {
         mr_roce_run roce_ud_link_r1_a t_roce_link_cut a 1 address peer
     MR_ROCE_TLS=ud_verbs MR_ROCE_DEVS=rxe0:1,rxe1:1 MR_ROCE_CONN=address \
         mr_roce_run roce_ud_drop_r1_busy t_roce_drop drop a 1 busy
+    # a compute phase (no UCP call for 8 s) of the server: its UD lanes
+    # answered by its async thread, no failover (RC with the UD wireup
+    # lane; UD rails)
+    MR_ROCE_TLS=rc_verbs,ud_verbs \
+        mr_roce_run roce_compute_address_ud t_roce_compute 8
+    MR_ROCE_TLS=ud_verbs MR_ROCE_DEVS=rxe0:1,rxe1:1 \
+        mr_roce_run roce_ud_compute t_roce_compute 8
     mr_roce_gtest
     mr_roce_down
 }
