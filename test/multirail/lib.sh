@@ -91,6 +91,20 @@ mr_count_running() {
                   END { print n + 0 }' "$1"
 }
 
+# mr_expect_stall_survived DIR: a run whose server stalled (mr_check
+# --stall) ended clean, the server did stall, and no lane of either side
+# failed over while the traffic ran (teardown failovers are not counted)
+mr_expect_stall_survived() {
+    local dir=$1 role n
+    mr_expect_clean "$dir"
+    grep -q "stall_end" "$dir/server.out" ||
+        mr_fail "the server did not stall"
+    for role in client server; do
+        n=$(mr_count_running "$dir/$role.out" "failed \\(")
+        mr_expect_eq "$role lane failovers around the stall" 0 "$n"
+    done
+}
+
 # First wall-clock time of an event of KIND in FILE (empty if none)
 mr_event_wall() {
     grep -m1 "^EVENT .* kind=$2\b" "$1" | tr ' ' '\n' | sed -n 's/^wall=//p'

@@ -59,7 +59,7 @@ t_detect_no_false_positive() {
 # counts zero-window advertisements; a fixed 64 KiB receive buffer makes it
 # certain) with the guard acting on the client.
 t_detect_stall() {
-    local secs=$1 role n side zw
+    local secs=$1 n side zw
     "$MR_BED" up --rails 2 --rate 500mbit
     for side in a b; do "$MR_BED" exec "$side" nstat -n >/dev/null 2>&1; done
     mr_pair_start 2 $((secs + 6)) "$MR_FO_ENV UCX_TCP_RCVBUF=64k" "$MR_FO_ENV" \
@@ -70,13 +70,7 @@ t_detect_stall() {
             grep -E "Abort|Prune|RcvQDrop|Collapse|ZeroWindow|TCPTimeouts" \
                 >"$MR_DIR/nstat-$side.txt" || true
     done
-    mr_expect_clean "$MR_DIR"
-    grep -q "stall_end" "$MR_DIR/server.out" ||
-        mr_fail "the server did not stall"
-    for role in client server; do
-        n=$(mr_count_running "$MR_DIR/$role.out" "failed \\(")
-        mr_expect_eq "$role lane failovers around the stall" 0 "$n"
-    done
+    mr_expect_stall_survived "$MR_DIR"
     n=$(awk '$1 == "TcpExtTCPToZeroWindowAdv" { print $2 }' \
             "$MR_DIR/nstat-b.txt")
     [ "${n:-0}" -gt 0 ] ||

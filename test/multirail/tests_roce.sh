@@ -696,7 +696,7 @@ MR_ROCE_GTEST_FILTER+=':*off_is_stock/1:*off_is_stock/3'
 # failure timeout, patch 0050) fails them over although nothing broke. No
 # lane may fail over, nothing may be lost, the server must have stalled.
 t_roce_compute() {
-    local secs=$1 tag dur=$(($1 + 12)) role n
+    local secs=$1 tag dur=$(($1 + 12))
     tag=$(mr_roce_tag "compute-$1")
     mr_roce_boot || { mr_fail "the guests did not boot"; return 0; }
     mr_roce_pair_start "$tag" y "$dur" -- --conn address --err-mode peer \
@@ -704,13 +704,7 @@ t_roce_compute() {
         { mr_fail "server did not listen"; mr_roce_pair_wait "$tag" "$dur";
           return 0; }
     mr_roce_pair_wait "$tag" "$dur"
-    mr_expect_clean "$MR_DIR"
-    grep -q "stall_end" "$MR_DIR/server.out" ||
-        mr_fail "the server did not stall"
-    for role in client server; do
-        n=$(mr_count_running "$MR_DIR/$role.out" "failed \\(")
-        mr_expect_eq "$role lane failovers around the compute phase" 0 "$n"
-    done
+    mr_expect_stall_survived "$MR_DIR"
     mr_note+=" stall=${secs}s tls=${MR_ROCE_TLS:-rc_verbs}"
 }
 
