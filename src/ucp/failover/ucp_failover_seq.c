@@ -77,6 +77,7 @@ static void ucp_failover_seq_adopt_cb(uct_pending_req_t *req, void *arg)
     ucp_failover_seq_ep_t *seq_ep = arg;
 
     uct_pending_req_queue_push(&seq_ep->pending, req);
+    ucp_failover_seq_ep_gate_close(seq_ep);
 }
 
 /* Whether @a tl_ep is a connected transport endpoint a wrapper can take */
@@ -188,7 +189,8 @@ ucp_failover_seq_wrap_data_lanes(ucp_ep_h ep, ucp_failover_seq_t *seq)
          * be lost with the am lane later, which would not send it again:
          * everything not acknowledged goes again here (duplicates are
          * dropped) */
-        st->unsent = ucp_failover_seq_first_retained(st);
+        ucp_failover_seq_unsent_set(st,
+                                    ucp_failover_seq_first_retained(st));
         ucs_debug("ep %p: data lane[%d] sequenced as stream %u from message "
                   "%u", ep, lane, st->id, st->tx_next);
         /* its backlog of an earlier failure goes on this lane now */
@@ -523,7 +525,8 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
     seq->main.ack_again  = 1;
     seq->main.tx_resent += count;
     ucp_failover_round_want(ucp_failover_ep(ep));
-    seq->main.unsent     = ucp_failover_seq_first_retained(&seq->main);
+    ucp_failover_seq_unsent_set(&seq->main,
+                                ucp_failover_seq_first_retained(&seq->main));
 
     /* so do the data streams' acknowledgements, and the data streams
      * without a lane of their own sent what they hold on the old lane */
@@ -535,7 +538,8 @@ uct_ep_h ucp_failover_seq_am_lane_moved(ucp_ep_h ep, ucp_lane_index_t old_lane,
 
         st->ack_again = 1;
         if (ucp_failover_seq_orphan(st) && !ucs_queue_is_empty(&st->retained)) {
-            st->unsent = ucp_failover_seq_first_retained(st);
+            ucp_failover_seq_unsent_set(st,
+                                        ucp_failover_seq_first_retained(st));
             n          = ucs_queue_length(&st->retained);
             orphans   += n;
             /* (a stream orphaned just now counted them already) */
@@ -724,6 +728,7 @@ void ucp_failover_seq_limit(ucp_ep_h ep, size_t max_short, size_t max_bcopy)
     if ((seq != NULL) && (seq->seq_ep != NULL)) {
         seq->seq_ep->max_short = ucs_min(seq->seq_ep->max_short, max_short);
         seq->seq_ep->max_bcopy = ucs_min(seq->seq_ep->max_bcopy, max_bcopy);
+        ucp_failover_seq_ep_short_span(seq->seq_ep);
     }
 }
 
@@ -755,9 +760,10 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                               "reference (%" PRIu64 " copied to go again, %u "
                               "retained)",
                               (seq->seq_ep != NULL) ? "on" : "off",
-                              st->tx_msgs, st->tx_resent, st->retained_bytes,
-                              st->retained_max, st->window_stalls, st->rx_msgs,
-                              st->rx_dups, st->rx_held, st->acks_sent,
+                              ucp_failover_seq_tx_msgs(st), st->tx_resent,
+                              st->retained_bytes, st->retained_max,
+                              st->window_stalls, st->rx_msgs, st->rx_dups,
+                              st->rx_held, st->acks_sent,
                               st->tx_refs, st->tx_ref_copies, st->refs);
 
     /* where the sequence stands (a stalled endpoint shows why) */
@@ -800,7 +806,7 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                                   "retained)", id,
                                   (st->seq_ep != NULL) ?
                                   "on its lane" : "via the am lane",
-                                  st->tx_msgs, st->tx_resent,
+                                  ucp_failover_seq_tx_msgs(st), st->tx_resent,
                                   st->retained_bytes, st->retained_max,
                                   st->window_stalls, st->rx_msgs, st->rx_dups,
                                   st->rx_held, st->acks_sent, st->tx_refs,

@@ -69,6 +69,9 @@ typedef struct {
 #define UCP_FAILOVER_SEQ_CHUNK_ENTRY_MAX 512  /* an entry, header and trailer
                                                  included, up to this size
                                                  goes into a chunk */
+#define UCP_FAILOVER_SEQ_FAST_ENTRY_MAX  104  /* the largest entry of the
+                                                 fast short send: 56 + 8 +
+                                                 16 + 19, aligned to 8 */
 
 typedef struct ucp_failover_seq_chunk {
     ucp_failover_seq_t               *seq;  /* NULL: the endpoint is gone */
@@ -79,7 +82,10 @@ typedef struct ucp_failover_seq_chunk {
     uint32_t                         live;  /* entries in it not freed */
     uint32_t                         held;  /* bytes of its buffer */
     uint32_t                         current; /* its stream fills it */
-    uint32_t                         pad;
+    uint32_t                         fast_end; /* the fast short send takes
+                                                  a place while 'used' is
+                                                  at most this (room for
+                                                  its largest entry) */
     uint8_t                          data[];
 } ucp_failover_seq_chunk_t;
 
@@ -183,7 +189,6 @@ typedef struct ucp_failover_seq_stream {
                                                   ack (ACK_REQ) that has not
                                                   come yet */
     size_t                       retained_max; /* high-water mark, bytes */
-    uint64_t                     tx_msgs;
     uint64_t                     tx_resent;
     uint32_t                     window_stalls;
     uint32_t                     refs;         /* retained messages sent by
@@ -248,6 +253,11 @@ typedef struct ucp_failover_seq_ep {
                                          progress */
     /* the transport's limits, trailer included, and the retention bound */
     size_t             max_short;
+    /* the fast short send takes payloads of 8 to 8 + short_span - 1 bytes:
+     * short_span_max, or 0 (closed) while anything it does not check may
+     * hold (ucp_failover_seq_ep_gate_close) */
+    uint32_t           short_span;
+    uint32_t           short_span_max; /* ucp_failover_seq_ep_short_span */
     size_t             max_bcopy;
     size_t             retain;
     size_t             ref_thresh;    /* UCX_MULTIRAIL_REF_THRESH */
@@ -300,6 +310,14 @@ static UCS_F_ALWAYS_INLINE uint32_t
 ucp_failover_seq_rx_delivered(const ucp_failover_seq_stream_t *st)
 {
     return st->rx_next - 1;
+}
+
+/* Messages numbered in @a st so far (modulo 2^32, as the numbers): the
+ * send path keeps no count of its own */
+static UCS_F_ALWAYS_INLINE uint64_t
+ucp_failover_seq_tx_msgs(const ucp_failover_seq_stream_t *st)
+{
+    return (uint32_t)(st->tx_next - 1);
 }
 
 static UCS_F_ALWAYS_INLINE int
@@ -397,6 +415,8 @@ void ucp_failover_seq_ep_free_dead(ucp_failover_seq_ep_t *seq_ep);
 
 
 /** The limits of the transport endpoint of @a lane, as the wrapper sends */
+void ucp_failover_seq_ep_short_span(ucp_failover_seq_ep_t *seq_ep);
+
 void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
                                 ucp_lane_index_t lane);
 
@@ -460,13 +480,48 @@ void ucp_failover_seq_ask_ack(ucp_failover_seq_t *seq,
 void ucp_failover_seq_window_check(ucp_failover_seq_t *seq);
 
 
+/*
+ * The gate of the fast short send (ucp_failover_seq_ep_am_short): it checks
+ * only the length and the room in the stream's current chunk, so it is
+ * closed (short_span 0) whenever anything else may call for the general
+ * path: requests wait in the wrapper, its stream has messages not handed to
+ * the transport, its messages are to ask for an acknowledgement, or it has
+ * no stream. Whatever makes one of these true closes it; the general path
+ * opens it again when none holds (ucp_failover_seq_ep_gate_open).
+ */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_ep_gate_close(ucp_failover_seq_ep_t *seq_ep)
+{
+    seq_ep->short_span = 0;
+}
+
+/** Close the gates of every wrapper of @a seq */
+void ucp_failover_seq_gates_close(ucp_failover_seq_t *seq);
+
+/* Set the first message of @a st not handed to the transport */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_unsent_set(ucp_failover_seq_stream_t *st,
+                            struct ucp_failover_seq_entry *entry)
+{
+    st->unsent = entry;
+    if ((entry != NULL) && (st->seq_ep != NULL)) {
+        ucp_failover_seq_ep_gate_close(st->seq_ep);
+    }
+}
+
+
 /* The bytes @a seq retains changed: whether its messages ask for an
  * acknowledgement (what a message checks, instead of the bounds) */
 static UCS_F_ALWAYS_INLINE void
 ucp_failover_seq_held_changed(ucp_failover_seq_t *seq)
 {
-    seq->ack_req_due = (seq->retained_bytes >= (seq->retain / 2)) ||
-                       ucp_failover_pool_half_full(seq->pool);
+    int due = (seq->retained_bytes >= (seq->retain / 2)) ||
+              ucp_failover_pool_half_full(seq->pool);
+
+    if (ucs_unlikely(due && !seq->ack_req_due)) {
+        ucp_failover_seq_gates_close(seq);
+    }
+    seq->ack_req_due = due;
 }
 
 

@@ -55,7 +55,7 @@ static void ucp_failover_seq_peer_asks_resend(ucp_failover_seq_t *seq,
     ucp_failover_seq_ep_t *seq_ep = (st->seq_ep != NULL) ? st->seq_ep :
                                     seq->seq_ep;
 
-    st->unsent = ucp_failover_seq_first_retained(st);
+    ucp_failover_seq_unsent_set(st, ucp_failover_seq_first_retained(st));
     if (st->unsent == NULL) {
         return;
     }

@@ -165,6 +165,7 @@ ucp_failover_seq_chunk_new(ucp_failover_seq_t *seq,
     chunk->st      = st;
     chunk->used    = 0;
     chunk->size    = held - sizeof(*chunk);
+    chunk->fast_end = chunk->size - UCP_FAILOVER_SEQ_FAST_ENTRY_MAX;
     chunk->live    = 0;
     chunk->held    = held;
     chunk->current = 1;
@@ -556,7 +557,7 @@ static void ucp_failover_seq_stream_own(ucp_failover_seq_t *seq,
         if (st->unsent == entry) {
             unsent_dropped = (copy == NULL);
             unsent_sn      = entry->sn;
-            st->unsent     = copy;
+            ucp_failover_seq_unsent_set(st, copy);
         }
 
         if (copy != NULL) {
@@ -573,7 +574,7 @@ static void ucp_failover_seq_stream_own(ucp_failover_seq_t *seq,
         /* the first unsent one was dropped: the next one is */
         ucs_queue_for_each(entry, &st->retained, queue) {
             if ((int32_t)(entry->sn - unsent_sn) > 0) {
-                st->unsent = entry;
+                ucp_failover_seq_unsent_set(st, entry);
                 break;
             }
         }
@@ -608,7 +609,8 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
         if (ucs_unlikely(entry == st->unsent)) {
             /* waiting to be sent again after a failover, but the peer has it
              * (sent on the old lane): no need to */
-            st->unsent = ucp_failover_seq_next(st, entry);
+            ucp_failover_seq_unsent_set(st,
+                                        ucp_failover_seq_next(st, entry));
         }
 
         ucs_queue_pull_non_empty(&st->retained);
@@ -946,7 +948,7 @@ ucp_failover_seq_send_stream_backlog(ucp_failover_seq_ep_t *seq_ep,
             return UCS_ERR_CANCELED;
         }
 
-        st->unsent = ucp_failover_seq_next(st, entry);
+        ucp_failover_seq_unsent_set(st, ucp_failover_seq_next(st, entry));
     }
 
     return UCS_OK;
@@ -1283,7 +1285,7 @@ static void ucp_failover_seq_submit_unsent(ucp_failover_seq_ep_t *seq_ep,
 {
     if (status == UCS_ERR_NO_RESOURCE) {
         if (seq_ep->stream->unsent == NULL) {
-            seq_ep->stream->unsent = entry;
+            ucp_failover_seq_unsent_set(seq_ep->stream, entry);
         }
         ucp_failover_round_want(ucp_failover_ep(seq_ep->seq->ep));
         if (!seq_ep->dispatching) {
@@ -1305,7 +1307,6 @@ ucp_failover_seq_number(ucp_failover_seq_stream_t *st,
     entry->sn     = st->tx_next++;
     entry->length = length + UCP_FAILOVER_SEQ_HDR_LEN;
     ucs_queue_push(&st->retained, &entry->queue);
-    ++st->tx_msgs;
 }
 
 /* Number a new message of @a length bytes (its entry filled, or about to
@@ -1423,26 +1424,78 @@ static UCS_F_ALWAYS_INLINE int ucp_failover_seq_passthrough(uint8_t id)
      * wireup ACK, which makes its RC lanes ready) before it can acknowledge
      * anything, so one held up behind a full window is a deadlock; a lost
      * one is handled by wireup, as without failover */
-    return (id == UCP_AM_ID_FAILOVER) || (id == UCP_AM_ID_FAILOVER_SEQ) ||
-           (id == UCP_AM_ID_WIREUP);
+    /* (UCT's active message ids are below 32) */
+    return !!(UCS_BIT(id) & (UCS_BIT(UCP_AM_ID_FAILOVER) |
+                             UCS_BIT(UCP_AM_ID_FAILOVER_SEQ) |
+                             UCS_BIT(UCP_AM_ID_WIREUP)));
 }
 
-/* Copy a short message's payload: 8 to 16 bytes (a tag's eager message of a
- * word or two) inline, as two words that may overlap, instead of a call */
+/* Copy 8 to 16 bytes (a tag's eager message of a word or two) inline, as
+ * two words that may overlap, instead of a call */
 static UCS_F_ALWAYS_INLINE void
-ucp_failover_seq_copy_short(void *dest, const void *src, size_t length)
+ucp_failover_seq_copy_words(void *dest, const void *src, size_t length)
 {
     uint64_t head, tail;
 
-    if ((length >= sizeof(head)) && (length <= (2 * sizeof(head)))) {
-        memcpy(&head, src, sizeof(head));
-        memcpy(&tail, UCS_PTR_BYTE_OFFSET(src, length - sizeof(tail)),
-               sizeof(tail));
-        memcpy(dest, &head, sizeof(head));
-        memcpy(UCS_PTR_BYTE_OFFSET(dest, length - sizeof(tail)), &tail,
-               sizeof(tail));
+    memcpy(&head, src, sizeof(head));
+    memcpy(&tail, UCS_PTR_BYTE_OFFSET(src, length - sizeof(tail)),
+           sizeof(tail));
+    memcpy(dest, &head, sizeof(head));
+    memcpy(UCS_PTR_BYTE_OFFSET(dest, length - sizeof(tail)), &tail,
+           sizeof(tail));
+}
+
+/* Copy a short message's payload: one or two words inline */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_copy_short(void *dest, const void *src, size_t length)
+{
+    if ((length >= sizeof(uint64_t)) && (length <= (2 * sizeof(uint64_t)))) {
+        ucp_failover_seq_copy_words(dest, src, length);
     } else {
         memcpy(dest, src, length);
+    }
+}
+
+/* The payload lengths the fast short send takes: a header and one or two
+ * words, with the trailer within the transport's short message */
+void ucp_failover_seq_ep_short_span(ucp_failover_seq_ep_t *seq_ep)
+{
+    size_t fixed = sizeof(uint64_t) + UCP_FAILOVER_SEQ_HDR_LEN;
+    size_t max;
+
+    max                    = (seq_ep->max_short > fixed) ?
+                             ucs_min(seq_ep->max_short - fixed,
+                                     2 * sizeof(uint64_t)) : 0;
+    seq_ep->short_span_max = (max >= sizeof(uint64_t)) ?
+                             (max - sizeof(uint64_t) + 1) : 0;
+    ucp_failover_seq_ep_gate_close(seq_ep);
+}
+
+void ucp_failover_seq_gates_close(ucp_failover_seq_t *seq)
+{
+    uint8_t id;
+
+    if (seq->seq_ep != NULL) {
+        ucp_failover_seq_ep_gate_close(seq->seq_ep);
+    }
+
+    for (id = 0; id < UCP_FAILOVER_SEQ_STREAMS; ++id) {
+        if ((seq->streams[id] != NULL) &&
+            (seq->streams[id]->seq_ep != NULL)) {
+            ucp_failover_seq_ep_gate_close(seq->streams[id]->seq_ep);
+        }
+    }
+}
+
+/* Open the gate of the fast short send if nothing it does not check holds
+ * (ucp_failover_seq_ep_gate_close) */
+static void ucp_failover_seq_ep_gate_open(ucp_failover_seq_ep_t *seq_ep)
+{
+    ucp_failover_seq_stream_t *st = seq_ep->stream;
+
+    if ((st != NULL) && ucs_queue_is_empty(&seq_ep->pending) &&
+        (st->unsent == NULL) && !seq_ep->seq->ack_req_due) {
+        seq_ep->short_span = seq_ep->short_span_max;
     }
 }
 
@@ -1455,6 +1508,7 @@ ucp_failover_seq_ep_am_short_any(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
     ucp_failover_seq_entry_t *entry;
     ucs_status_t status;
 
+    ucp_failover_seq_ep_gate_open(seq_ep);
     status = ucp_failover_seq_reserve(seq_ep, sizeof(header) + length, &entry);
     if (ucs_unlikely(status != UCS_OK)) {
         return status;
@@ -1466,16 +1520,34 @@ ucp_failover_seq_ep_am_short_any(ucp_failover_seq_ep_t *seq_ep, uint8_t id,
     return ucp_failover_seq_submit(seq_ep, entry, id, sizeof(header) + length);
 }
 
+/* The transport did not take a new short message that the fast path
+ * retained: it goes later, or with the failing lane's failover */
+static UCS_F_NOINLINE ucs_status_t
+ucp_failover_seq_post_failed(ucp_failover_seq_ep_t *seq_ep,
+                             ucp_failover_seq_entry_t *entry,
+                             ucs_status_t status)
+{
+    if (!seq_ep->dead) {
+        /* (dead: the endpoint failed in the send) */
+        ucp_failover_seq_submit_unsent(seq_ep, entry, status);
+    }
+
+    return UCS_OK;
+}
+
 /*
  * A short message. The usual one, a header and a payload of one or two
- * words that take a place in the stream's current chunk, is copied, numbered
- * and retained here, and handed on by a tail call (the trailer, the
- * transport's send); anything that needs another call (a copy of another
- * length, a new chunk, requests that wait, a backlog) goes to
- * ucp_failover_seq_ep_am_short_any(). Calls made here would cost this path
- * a frame that keeps every argument.
+ * words (ucp_failover_seq_ep_short_span) that takes a place in the stream's
+ * current chunk, is copied, numbered, retained and handed to the transport
+ * here, in one frame, its trailer written from the values at hand. The gate
+ * (short_span, ucp_failover_seq_ep_gate_close) stands for everything else
+ * the general path checks: waiting requests, a backlog, a request for an
+ * acknowledgement, a wrapper with no stream. Anything else goes to
+ * ucp_failover_seq_ep_am_short_any(). (Built without SLP vectorisation:
+ * GCC packs pairs of stores through vector registers, which takes more
+ * instructions than the stores.)
  */
-static ucs_status_t
+static __attribute__((optimize("no-tree-slp-vectorize"))) ucs_status_t
 ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
                              const void *payload, unsigned length)
 {
@@ -1486,30 +1558,79 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
             ucp_failover_seq_entry_size(sizeof(header) + length), 8);
     ucp_failover_seq_entry_t *entry;
     ucp_failover_seq_chunk_t *chunk;
+    ucp_failover_seq_hdr_t hdr;
+    ucp_failover_seq_t *seq;
+    ucs_status_t status;
+    uint32_t used, sn;
+
+    UCS_STATIC_ASSERT(ucs_align_up_pow2(ucs_offsetof(ucp_failover_seq_entry_t,
+                                                     data) +
+                                        (3 * sizeof(uint64_t)) +
+                                        UCP_FAILOVER_SEQ_HDR_LEN, 8) <=
+                      UCP_FAILOVER_SEQ_FAST_ENTRY_MAX);
 
     if (ucs_unlikely(ucp_failover_seq_passthrough(id))) {
         return uct_ep_am_short(ucp_failover_seq_tl_ep(seq_ep), id, header,
                                payload, length);
     }
 
-    if (ucs_unlikely((length < sizeof(uint64_t)) ||
-                     (length > (2 * sizeof(uint64_t))) ||
-                     ((chunk = ucp_failover_seq_chunk_room(seq_ep, size)) ==
-                      NULL) ||
-                     (st->unsent != NULL))) {
+    if (ucs_unlikely(((length - sizeof(uint64_t)) >= seq_ep->short_span) ||
+                     ((chunk = st->chunk) == NULL) ||
+                     (chunk->used > chunk->fast_end))) {
         return ucp_failover_seq_ep_am_short_any(seq_ep, id, header, payload,
                                                 length);
     }
 
-    /* the copies first: the arguments are then done with, and fewer values
-     * stay in registers */
-    entry = (ucp_failover_seq_entry_t*)(chunk->data + chunk->used);
+    /* a place in the chunk (ucp_failover_seq_chunk_entry()), then the
+     * copies, then the rest: in this order, fewer values stay in registers
+     * at once */
+    used              = chunk->used;
+    entry             = (ucp_failover_seq_entry_t*)(chunk->data + used);
+    chunk->used       = used + size;
+    ++chunk->live;
+    entry->chunk      = chunk;
     memcpy(entry->data, &header, sizeof(header));
-    ucp_failover_seq_copy_short(entry->data + sizeof(header), payload,
+    ucp_failover_seq_copy_words(entry->data + sizeof(header), payload,
                                 length);
-    entry = ucp_failover_seq_chunk_entry(seq_ep->seq, chunk, size);
-    ucp_failover_seq_number(st, entry, sizeof(header) + length);
-    return ucp_failover_seq_post_new(seq_ep, entry, id);
+
+    /* numbered and queued (ucp_failover_seq_number()) */
+    seq               = seq_ep->seq;
+    sn                = st->tx_next;
+    st->tx_next       = sn + 1;
+    entry->held       = 0;
+    entry->comp.count = 0;
+    entry->seq        = seq;
+    entry->sn         = sn;
+    entry->length     = sizeof(header) + length + UCP_FAILOVER_SEQ_HDR_LEN;
+    ucs_queue_push(&st->retained, &entry->queue);
+
+    /* the trailer (ucp_failover_seq_trailer(), with no request for an
+     * acknowledgement: ack_req_due is not set), its acknowledgement counted
+     * as sent (ucp_failover_seq_ack_take()) */
+    hdr.ep_id  = seq->remote_id;
+    hdr.sn     = sn;
+    hdr.ack    = ucp_failover_seq_rx_delivered(&seq->main);
+    hdr.am_id  = id;
+    hdr.flags  = 0;
+    hdr.stream = st->id;
+    memcpy(entry->data + sizeof(header) + length, &hdr, sizeof(hdr));
+    if (ucs_likely(seq_ep == seq->seq_ep)) {
+        seq->main.rx_ack_sent      = hdr.ack;
+        seq->main.rx_unacked_bytes = 0;
+        seq->main.ack_again        = 0;
+    }
+
+    ++seq_ep->busy;
+    status = uct_ep_am_short(ucp_failover_seq_tl_ep(seq_ep),
+                             UCP_AM_ID_FAILOVER_SEQ, header,
+                             entry->data + sizeof(header),
+                             length + UCP_FAILOVER_SEQ_HDR_LEN);
+    --seq_ep->busy;
+    if (ucs_unlikely(UCS_STATUS_IS_ERR(status))) {
+        return ucp_failover_seq_post_failed(seq_ep, entry, status);
+    }
+
+    return status;
 }
 
 static ucs_status_t
@@ -1889,6 +2010,7 @@ static ucs_status_t ucp_failover_seq_ep_pending_add(uct_ep_h uct_ep,
     }
 
     uct_pending_req_queue_push(&seq_ep->pending, req);
+    ucp_failover_seq_ep_gate_close(seq_ep);
     ucp_failover_round_want(ucp_failover_ep(seq_ep->seq->ep));
     return UCS_OK;
 }
@@ -2020,6 +2142,7 @@ void ucp_failover_seq_ep_limits(ucp_failover_seq_ep_t *seq_ep, ucp_ep_h ep,
                            UCP_FAILOVER_SEQ_HDR_LEN) :
                           0;
     seq_ep->max_bcopy   = attr->cap.am.max_bcopy + UCP_FAILOVER_SEQ_HDR_LEN;
+    ucp_failover_seq_ep_short_span(seq_ep);
     seq_ep->retain      = ep->worker->context->config.ext.multirail.retain;
 
     /* sending by reference adds the trailer as an iov element: with no
@@ -2055,6 +2178,7 @@ void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
     }
 
     seq_ep->stream = NULL;
+    ucp_failover_seq_ep_gate_close(seq_ep);
     ucp_failover_pool_cancel(&seq_ep->pool_waiter);
     if ((st == NULL) || (st->seq_ep != seq_ep)) {
         return;
@@ -2081,7 +2205,7 @@ void ucp_failover_seq_ep_detach(ucp_failover_seq_ep_t *seq_ep)
         return;
     }
 
-    st->unsent     = ucp_failover_seq_first_retained(st);
+    ucp_failover_seq_unsent_set(st, ucp_failover_seq_first_retained(st));
     st->orphaned   = ucs_queue_length(&st->retained);
     st->tx_resent += st->orphaned;
 }
@@ -2109,6 +2233,11 @@ UCS_CLASS_INIT_FUNC(ucp_failover_seq_ep_t, ucp_ep_h ep, uct_ep_h tl_ep,
     self->failing             = 0;
     ucp_failover_seq_ep_limits(self, ep, lane);
     ucs_queue_head_init(&self->pending);
+    if (st->seq_ep != NULL) {
+        /* (the stream's old wrapper goes: out of reach of
+         * ucp_failover_seq_gates_close()) */
+        ucp_failover_seq_ep_gate_close(st->seq_ep);
+    }
     st->seq_ep          = self;
     return UCS_OK;
 }

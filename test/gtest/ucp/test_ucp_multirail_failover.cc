@@ -876,6 +876,60 @@ protected:
         }
     }
 
+    /* Send tagged messages of @a sizes (tag 0x5b0, message i filled with
+     * i * 7 + 3) while only the sender progresses: nothing is acknowledged.
+     * Returns how many of them wait. */
+    int send_unacknowledged(const std::vector<size_t> &sizes,
+                            std::vector<std::vector<char> > &sbufs,
+                            std::vector<void*> &sreqs)
+    {
+        ucp_request_param_t param = {};
+        int waiting               = 0;
+        size_t i;
+
+        for (i = 0; i < sizes.size(); ++i) {
+            sbufs.push_back(std::vector<char>(sizes[i], (char)(i * 7 + 3)));
+            sreqs.push_back(ucp_tag_send_nbx(sender().ep(),
+                                             sbufs.back().data(), sizes[i],
+                                             0x5b0, &param));
+            EXPECT_FALSE(UCS_PTR_IS_ERR(sreqs.back())) << "message " << i;
+        }
+
+        for (i = 0; i < 1000; ++i) {
+            sender().progress();
+        }
+
+        for (i = 0; i < sreqs.size(); ++i) {
+            waiting += !UCS_PTR_IS_ERR(sreqs[i]) && (sreqs[i] != NULL) &&
+                       (ucp_request_check_status(sreqs[i]) == UCS_INPROGRESS);
+        }
+        return waiting;
+    }
+
+    /* Receive the messages of send_unacknowledged() into buffers of their
+     * sizes, posted in order (they match by order: one that overtook
+     * another lands in the wrong buffer), and check every byte */
+    void receive_in_order(const std::vector<std::vector<char> > &sbufs,
+                          std::vector<void*> &sreqs)
+    {
+        ucp_request_param_t param = {};
+        std::vector<std::vector<char> > rbufs;
+        std::vector<void*> rreqs;
+        size_t i;
+
+        for (i = 0; i < sbufs.size(); ++i) {
+            rbufs.push_back(std::vector<char>(sbufs[i].size(), 0));
+            rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(),
+                                             rbufs[i].data(), rbufs[i].size(),
+                                             0x5b0, (ucp_tag_t)-1, &param));
+        }
+        ASSERT_UCS_OK(requests_wait(sreqs));
+        ASSERT_UCS_OK(requests_wait(rreqs));
+        for (i = 0; i < sbufs.size(); ++i) {
+            EXPECT_TRUE(sbufs[i] == rbufs[i]) << "message " << i;
+        }
+    }
+
     void send_recv(entity &from, entity &to, size_t size, int seed)
     {
         std::vector<char> sbuf(size), rbuf(size, 0);
@@ -1431,47 +1485,53 @@ UCS_TEST_P(test_ucp_multirail_failover, retention_bounded_per_worker,
     static const size_t size  = 4000;  /* one bcopy fragment, an 4224-byte
                                           buffer */
     static const int count    = 64;    /* about 4 times the bound */
-    ucp_request_param_t param = {};
-    std::vector<std::vector<char> > sbufs, rbufs;
-    std::vector<void*> sreqs, rreqs;
-    int i, waiting = 0;
+    std::vector<std::vector<char> > sbufs;
+    std::vector<void*> sreqs;
+    int waiting;
     size_t held;
 
-    for (i = 0; i < count; ++i) {
-        sbufs.push_back(std::vector<char>(size, (char)(i * 7 + 3)));
-        rbufs.push_back(std::vector<char>(size, 0));
-        sreqs.push_back(ucp_tag_send_nbx(sender().ep(), sbufs.back().data(),
-                                         size, 0x5b0, &param));
-        ASSERT_FALSE(UCS_PTR_IS_ERR(sreqs.back()));
-    }
-
-    /* only the sender moves: what it retains is never acknowledged */
-    for (i = 0; i < 1000; ++i) {
-        sender().progress();
-    }
-
-    held = ucp_failover_worker_held(sender().worker());
-    for (i = 0; i < count; ++i) {
-        waiting += (sreqs[i] != NULL) &&
-                   (ucp_request_check_status(sreqs[i]) == UCS_INPROGRESS);
-    }
+    waiting = send_unacknowledged(std::vector<size_t>(count, size), sbufs,
+                                  sreqs);
+    held    = ucp_failover_worker_held(sender().worker());
     UCS_TEST_MESSAGE << held << " bytes retained, " << waiting
                      << " message(s) waiting";
     EXPECT_LE(held, bound + 8320);
     EXPECT_GE(held, bound / 2) << "the retention did not fill";
     EXPECT_GT(waiting, 0);
 
+    receive_in_order(sbufs, sreqs);
+    exchange(8, 4);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/*
+ * The fast short send checks only the length and its chunk's room; the gate
+ * in front of it (ucp_failover_seq_ep_gate_close) stands for the rest. Here
+ * requests wait in the wrapper for room in the retention while short
+ * messages of one word come after them: every short message must wait
+ * behind them too (an overtaking one would land in the wrong buffer: the
+ * receives match by order), and once the receiver acknowledges, everything
+ * arrives in order and the fast path runs again.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, short_sends_wait_behind_requests,
+           "MULTIRAIL_RETAIN=64k", "RNDV_THRESH=inf")
+{
+    static const size_t large = 4000; /* one bcopy fragment */
+    static const int count    = 96;   /* the bound holds about 15 */
+    std::vector<std::vector<char> > sbufs;
+    std::vector<size_t> sizes;
+    std::vector<void*> sreqs;
+    int i, waiting;
+
     for (i = 0; i < count; ++i) {
-        rreqs.push_back(ucp_tag_recv_nbx(receiver().worker(),
-                                         rbufs[i].data(), size, 0x5b0,
-                                         (ucp_tag_t)-1, &param));
-    }
-    ASSERT_UCS_OK(requests_wait(sreqs));
-    ASSERT_UCS_OK(requests_wait(rreqs));
-    for (i = 0; i < count; ++i) {
-        EXPECT_TRUE(sbufs[i] == rbufs[i]) << "message " << i;
+        sizes.push_back(((i % 3) == 2) ? sizeof(uint64_t) : large);
     }
 
+    waiting = send_unacknowledged(sizes, sbufs, sreqs);
+    UCS_TEST_MESSAGE << waiting << " message(s) waiting";
+    EXPECT_GT(waiting, count / 2) << "the retention did not fill";
+
+    receive_in_order(sbufs, sreqs);
     exchange(8, 4);
     EXPECT_EQ(0u, m_err_count);
 }
