@@ -762,8 +762,8 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                               (seq->seq_ep != NULL) ? "on" : "off",
                               ucp_failover_seq_tx_msgs(st), st->tx_resent,
                               st->retained_bytes, st->retained_max,
-                              st->window_stalls, st->rx_msgs, st->rx_dups,
-                              st->rx_held, st->acks_sent,
+                              st->window_stalls, ucp_failover_seq_rx_msgs(st),
+                              st->rx_dups, st->rx_held, st->acks_sent,
                               st->tx_refs, st->tx_ref_copies, st->refs);
 
     /* where the sequence stands (a stalled endpoint shows why) */
@@ -808,7 +808,8 @@ void ucp_failover_seq_info(ucp_ep_h ep, ucs_string_buffer_t *strb)
                                   "on its lane" : "via the am lane",
                                   ucp_failover_seq_tx_msgs(st), st->tx_resent,
                                   st->retained_bytes, st->retained_max,
-                                  st->window_stalls, st->rx_msgs, st->rx_dups,
+                                  st->window_stalls,
+                                  ucp_failover_seq_rx_msgs(st), st->rx_dups,
                                   st->rx_held, st->acks_sent, st->tx_refs,
                                   st->tx_ref_copies, st->refs);
     }

@@ -215,7 +215,6 @@ typedef struct ucp_failover_seq_stream {
     uint32_t                     rx_ack_wanted;
     size_t                       rx_unacked_bytes;
     ucs_list_link_t              held;         /* arrived early, by number */
-    uint64_t                     rx_msgs;
     uint64_t                     rx_dups;
     uint64_t                     rx_held;
     uint64_t                     acks_sent;
@@ -318,6 +317,13 @@ static UCS_F_ALWAYS_INLINE uint64_t
 ucp_failover_seq_tx_msgs(const ucp_failover_seq_stream_t *st)
 {
     return (uint32_t)(st->tx_next - 1);
+}
+
+/* Messages of the peer's stream @a st delivered so far (modulo 2^32) */
+static UCS_F_ALWAYS_INLINE uint64_t
+ucp_failover_seq_rx_msgs(const ucp_failover_seq_stream_t *st)
+{
+    return (uint32_t)(st->rx_next - 1);
 }
 
 static UCS_F_ALWAYS_INLINE int

@@ -189,7 +189,6 @@ static int ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq,
 
         ucs_list_del(&held->list);
         ++st->rx_next;
-        ++st->rx_msgs;
         st->rx_unacked_bytes += held->length;
         status = ucp_failover_seq_deliver(worker, seq->am_ids, held->am_id,
                                           held->data, held->length, 0);
@@ -214,7 +213,6 @@ ucp_failover_seq_deliver_next(ucp_worker_h worker, ucp_failover_seq_t *seq,
     ucs_status_t status;
 
     ++st->rx_next;
-    ++st->rx_msgs;
     st->rx_unacked_bytes += length;
     if (ack_req && ucs_list_is_empty(&st->held) &&
         (ucp_failover_seq_send_ack(seq, st) == UCS_OK)) {
@@ -383,7 +381,6 @@ ucp_failover_seq_deliver_usual(ucp_worker_h worker, ucp_failover_seq_t *seq,
     }
 
     ++st->rx_next;
-    ++st->rx_msgs;
     st->rx_unacked_bytes += msg_length;
     return ucp_am_handlers[id]->cb(worker, data, msg_length, flags);
 }
