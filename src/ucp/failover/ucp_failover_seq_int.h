@@ -20,6 +20,17 @@
 #include <ucs/datastruct/queue.h>
 
 
+/* A function built without GCC's SLP vectorisation, which packs pairs of
+ * stores of a short path through vector registers: more instructions than
+ * the stores (glibc builds its string functions with such an attribute) */
+#if defined(__GNUC__) && !defined(__clang__)
+#  define UCP_FAILOVER_SEQ_NO_SLP \
+      __attribute__((optimize("no-tree-slp-vectorize")))
+#else
+#  define UCP_FAILOVER_SEQ_NO_SLP
+#endif
+
+
 /* Send an acknowledgement alone after this many messages, or bytes */
 #define UCP_FAILOVER_SEQ_ACK_MSGS  32
 #define UCP_FAILOVER_SEQ_ACK_BYTES (64 * UCS_KBYTE)

@@ -1543,11 +1543,10 @@ ucp_failover_seq_post_failed(ucp_failover_seq_ep_t *seq_ep,
  * (short_span, ucp_failover_seq_ep_gate_close) stands for everything else
  * the general path checks: waiting requests, a backlog, a request for an
  * acknowledgement, a wrapper with no stream. Anything else goes to
- * ucp_failover_seq_ep_am_short_any(). (Built without SLP vectorisation:
- * GCC packs pairs of stores through vector registers, which takes more
- * instructions than the stores.)
+ * ucp_failover_seq_ep_am_short_any(). (Built without SLP vectorisation,
+ * UCP_FAILOVER_SEQ_NO_SLP.)
  */
-static __attribute__((optimize("no-tree-slp-vectorize"))) ucs_status_t
+static UCP_FAILOVER_SEQ_NO_SLP ucs_status_t
 ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
                              const void *payload, unsigned length)
 {
