@@ -378,6 +378,9 @@ void ucp_failover_seq_cleanup(ucp_ep_h ep)
             ucp_failover_seq_stream_cleanup(seq->streams[id]);
             if (id != 0) {
                 ucs_free(seq->streams[id]);
+                /* (the cleanup of a later stream may close the gates of
+                 * the wrappers of those left, ucp_failover_seq_gates_close) */
+                seq->streams[id] = NULL;
             }
         }
     }

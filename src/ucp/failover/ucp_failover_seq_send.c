@@ -1488,13 +1488,17 @@ void ucp_failover_seq_gates_close(ucp_failover_seq_t *seq)
 }
 
 /* Open the gate of the fast short send if nothing it does not check holds
- * (ucp_failover_seq_ep_gate_close) */
+ * (ucp_failover_seq_ep_gate_close). Not while the wrapper dispatches its
+ * waiting requests: uct_pending_queue_dispatch() takes the request it runs
+ * out of the queue, and puts it back at its head if it is not sent, past
+ * the gate's closing. */
 static void ucp_failover_seq_ep_gate_open(ucp_failover_seq_ep_t *seq_ep)
 {
     ucp_failover_seq_stream_t *st = seq_ep->stream;
 
-    if ((st != NULL) && ucs_queue_is_empty(&seq_ep->pending) &&
-        (st->unsent == NULL) && !seq_ep->seq->ack_req_due) {
+    if ((st != NULL) && !seq_ep->dispatching &&
+        ucs_queue_is_empty(&seq_ep->pending) && (st->unsent == NULL) &&
+        !seq_ep->seq->ack_req_due) {
         seq_ep->short_span = seq_ep->short_span_max;
     }
 }
