@@ -31,9 +31,24 @@
 #endif
 
 
-/* Send an acknowledgement alone after this many messages, or bytes */
-#define UCP_FAILOVER_SEQ_ACK_MSGS  32
+/* Send an acknowledgement alone once the messages delivered since the last
+ * one weigh this much, each its payload's bytes plus ACK_UNIT: after 32
+ * messages at most, or 64 KiB */
 #define UCP_FAILOVER_SEQ_ACK_BYTES (64 * UCS_KBYTE)
+#define UCP_FAILOVER_SEQ_ACK_UNIT  (2 * UCS_KBYTE)
+
+/* The bits of a stream's rx_debt above its weight, each for a state that the
+ * receipt's fast path leaves to the slow path: messages held back (the
+ * 'held' list is not empty), an acknowledgement the peer asked for before
+ * the messages it covers came (ack_wanted). With any of them set the debt
+ * never passes for a weight below ACK_BYTES, so the fast path checks the
+ * debt alone (ucp_failover_seq_rx_slow_sync keeps them). The weight below
+ * them is at most ACK_BYTES, so that an acknowledgement clears it with one
+ * instruction (ucp_failover_seq_ack_sent: the mask is a sign-extended 32-bit
+ * immediate on x86-64) */
+#define UCP_FAILOVER_SEQ_RX_HELD   (1ul << 31)
+#define UCP_FAILOVER_SEQ_RX_WANTED (1ul << 32)
+#define UCP_FAILOVER_SEQ_RX_WEIGHT (UCP_FAILOVER_SEQ_RX_HELD - 1)
 
 enum {
     UCP_FAILOVER_SEQ_FLAG_ACK_ONLY = UCS_BIT(0), /* no message, an ack */
@@ -224,7 +239,12 @@ typedef struct ucp_failover_seq_stream {
                                                   side delivers up to
                                                   rx_ack_wanted */
     uint32_t                     rx_ack_wanted;
-    size_t                       rx_unacked_bytes;
+    size_t                       rx_debt;      /* the weight of the
+                                                  messages delivered since
+                                                  rx_ack_sent (at most
+                                                  ACK_BYTES), and the bits
+                                                  above it (RX_HELD,
+                                                  RX_WANTED) */
     ucs_list_link_t              held;         /* arrived early, by number */
     uint64_t                     rx_dups;
     uint64_t                     rx_held;
@@ -305,6 +325,10 @@ struct ucp_failover_seq {
     uint64_t                  am_ids;      /* ids a message may carry: a
                                               handler of the context's
                                               features, not failover's */
+    const uct_am_callback_t   *am_cb;      /* by id: the handler of an id
+                                              of am_ids, else NULL (a
+                                              shared table,
+                                              ucp_failover_seq_am_cb) */
     /* entries sent by reference that left the retention, whose users'
      * requests complete from progress (ucp_failover_seq_ref_leave) */
     ucs_queue_head_t          refs_done;
@@ -342,6 +366,48 @@ ucp_failover_seq_ack_owed(const ucp_failover_seq_stream_t *st)
 {
     return (st->rx_ack_sent != ucp_failover_seq_rx_delivered(st)) ||
            st->ack_again;
+}
+
+/* This side acknowledged the peer's messages of @a st up to @a ack */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_ack_sent(ucp_failover_seq_stream_t *st, uint32_t ack)
+{
+    UCS_STATIC_ASSERT(UCP_FAILOVER_SEQ_ACK_BYTES <= UCP_FAILOVER_SEQ_RX_WEIGHT);
+    UCS_STATIC_ASSERT(UCP_FAILOVER_SEQ_ACK_BYTES / UCP_FAILOVER_SEQ_ACK_UNIT ==
+                      32);
+    st->rx_ack_sent = ack;
+    st->rx_debt    &= ~UCP_FAILOVER_SEQ_RX_WEIGHT;
+}
+
+/* A message of @a length bytes delivered in @a st (not by the receipt's fast
+ * path, which adds its weight as long as the sum stays below ACK_BYTES) */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_rx_weigh(ucp_failover_seq_stream_t *st, size_t length)
+{
+    size_t weight = (st->rx_debt & UCP_FAILOVER_SEQ_RX_WEIGHT) + length +
+                    UCP_FAILOVER_SEQ_ACK_UNIT;
+
+    st->rx_debt = (st->rx_debt & ~UCP_FAILOVER_SEQ_RX_WEIGHT) |
+                  ucs_min(weight, UCP_FAILOVER_SEQ_ACK_BYTES);
+}
+
+/* Whether the messages delivered since the last acknowledgement weigh
+ * enough for one alone */
+static UCS_F_ALWAYS_INLINE int
+ucp_failover_seq_ack_batch_full(const ucp_failover_seq_stream_t *st)
+{
+    return (st->rx_debt & UCP_FAILOVER_SEQ_RX_WEIGHT) >=
+           UCP_FAILOVER_SEQ_ACK_BYTES;
+}
+
+/* The held messages of @a st or its ack_wanted changed: the bits of its debt
+ * say whether it has any, and whether it is set */
+static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_rx_slow_sync(ucp_failover_seq_stream_t *st)
+{
+    st->rx_debt = (st->rx_debt & UCP_FAILOVER_SEQ_RX_WEIGHT) |
+                  (ucs_list_is_empty(&st->held) ? 0 : UCP_FAILOVER_SEQ_RX_HELD) |
+                  (st->ack_wanted ? UCP_FAILOVER_SEQ_RX_WANTED : 0);
 }
 
 /* Stream @a id of endpoint @a ep's sequencing state, or NULL if it has none
@@ -588,8 +654,10 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
  * stream's current chunk (which holds no other live entry: a chunk entry
  * sent with zero copy retires its chunk first), by emptying the retention
  * and the chunk. Returns 0 if that is not the case (or a wrapper waits for
- * room, or the worker's pool is half full, when the emptied chunk would go
- * back to it): the general ucp_failover_seq_release_upto() then releases.
+ * room, or messages ask for an acknowledgement: the retention past half its
+ * bound or the worker's pool half full as of the retention's last change,
+ * when the emptied chunk may have to go back to the pool): the general
+ * ucp_failover_seq_release_upto() then releases.
  * An acknowledgement not newer than the last one releases nothing: what it
  * covers was released then (the peer never acknowledges past tx_next - 1),
  * and the window stays as it is (window_full implies retained_bytes >=
@@ -610,10 +678,9 @@ ucp_failover_seq_release_fast(ucp_failover_seq_t *seq,
         return 1;
     }
 
-    if (ucs_likely((ack == (st->tx_next - 1)) && (chunk != NULL) &&
-                   (chunk->live == (ack - st->tx_acked)) &&
-                   !seq->window_full &&
-                   !ucp_failover_pool_half_full(seq->pool))) {
+    if (ucs_likely((chunk != NULL) && (chunk->live == (ack - st->tx_acked)) &&
+                   ((ack + 1) == st->tx_next) &&
+                   !(seq->window_full | seq->ack_req_due))) {
         st->tx_acked  = ack;
         st->ack_asked = 0;
         st->unsent    = NULL;

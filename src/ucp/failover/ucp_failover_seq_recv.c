@@ -169,6 +169,7 @@ static void ucp_failover_seq_hold(ucp_failover_seq_t *seq,
     memcpy(held->data, data, length);
     ++st->rx_held;
     ucs_list_insert_after(after, &held->list);
+    ucp_failover_seq_rx_slow_sync(st);
 }
 
 /* Deliver the held messages now in order; returns whether one asked for an
@@ -189,7 +190,7 @@ static int ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq,
 
         ucs_list_del(&held->list);
         ++st->rx_next;
-        st->rx_unacked_bytes += held->length;
+        ucp_failover_seq_rx_weigh(st, held->length);
         status = ucp_failover_seq_deliver(worker, seq->am_ids, held->am_id,
                                           held->data, held->length, 0);
         ucs_assert(status != UCS_INPROGRESS);
@@ -197,6 +198,7 @@ static int ucp_failover_seq_deliver_held(ucp_failover_seq_t *seq,
         ucs_free(held);
     }
 
+    ucp_failover_seq_rx_slow_sync(st);
     return ack_req;
 }
 
@@ -213,7 +215,7 @@ ucp_failover_seq_deliver_next(ucp_worker_h worker, ucp_failover_seq_t *seq,
     ucs_status_t status;
 
     ++st->rx_next;
-    st->rx_unacked_bytes += length;
+    ucp_failover_seq_rx_weigh(st, length);
     if (ack_req && ucs_list_is_empty(&st->held) &&
         (ucp_failover_seq_send_ack(seq, st) == UCS_OK)) {
         /* asked for (a request waits for it): before the delivery, which
@@ -234,12 +236,10 @@ ucp_failover_seq_deliver_next(ucp_worker_h worker, ucp_failover_seq_t *seq,
         /* the peer asked for this acknowledgement before it could be */
         st->ack_wanted = 0;
         ack_req        = 1;
+        ucp_failover_seq_rx_slow_sync(st);
     }
 
-    *ack_owed_p = ack_req ||
-                  ((ucp_failover_seq_rx_delivered(st) - st->rx_ack_sent) >=
-                   UCP_FAILOVER_SEQ_ACK_MSGS) ||
-                  (st->rx_unacked_bytes >= UCP_FAILOVER_SEQ_ACK_BYTES);
+    *ack_owed_p = ack_req || ucp_failover_seq_ack_batch_full(st);
     return status;
 }
 
@@ -308,6 +308,7 @@ static ucs_status_t ucp_failover_seq_rx(ucp_worker_h worker, void *data,
             if ((int32_t)(hdr.sn - ucp_failover_seq_rx_delivered(st)) > 0) {
                 st->ack_wanted    = 1;
                 st->rx_ack_wanted = hdr.sn;
+                ucp_failover_seq_rx_slow_sync(st);
             } else {
                 *st_p = st;
             }
@@ -365,24 +366,22 @@ ucp_failover_seq_handler_slow(ucp_worker_h worker, void *data, size_t length,
 }
 
 /* Deliver the usual message (ucp_failover_seq_handler_ep()), checked and
- * its acknowledgement taken, as a tail call of its handler */
+ * its acknowledgement released, as a tail call of its handler */
 static UCS_F_ALWAYS_INLINE ucs_status_t
 ucp_failover_seq_deliver_usual(ucp_worker_h worker, ucp_failover_seq_t *seq,
-                               const ucp_failover_seq_hdr_t *hdr, void *data,
-                               size_t length, unsigned flags)
+                               void *data, size_t length, unsigned flags)
 {
-    ucp_failover_seq_stream_t *st = &seq->main;
-    size_t msg_length             = length - UCP_FAILOVER_SEQ_HDR_LEN;
-    uint8_t id                    = hdr->am_id;
+    const ucp_failover_seq_hdr_t *hdr =
+            UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN);
 
-    if (ucs_unlikely((id >= 64) || !(seq->am_ids & UCS_BIT(id)))) {
-        /* dropped there, with a message */
-        return ucp_failover_seq_handler_slow(worker, data, length, flags);
-    }
-
-    ++st->rx_next;
-    st->rx_unacked_bytes += msg_length;
-    return ucp_am_handlers[id]->cb(worker, data, msg_length, flags);
+    /* what the checks read is read again here, not kept in registers
+     * across the release: no frame */
+    ucs_compiler_fence();
+    ++seq->main.rx_next;
+    seq->main.rx_debt += length + (UCP_FAILOVER_SEQ_ACK_UNIT -
+                                   UCP_FAILOVER_SEQ_HDR_LEN);
+    return seq->am_cb[hdr->am_id](worker, data,
+                                  length - UCP_FAILOVER_SEQ_HDR_LEN, flags);
 }
 
 /* ucp_failover_seq_handler_ep() of a message whose acknowledgement
@@ -395,27 +394,29 @@ ucp_failover_seq_handler_release(ucp_worker_h worker, ucp_failover_seq_t *seq,
             UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN);
 
     ucp_failover_seq_release_upto(seq, &seq->main, hdr->ack);
-    return ucp_failover_seq_deliver_usual(worker, seq, hdr, data, length,
-                                          flags);
+    return ucp_failover_seq_deliver_usual(worker, seq, data, length, flags);
 }
 
 /*
  * The usual sequenced message, of endpoint @a ep: the next of its stream 0,
- * that owes no acknowledgement alone and has no held message behind it, on
- * an endpoint already in the probe rounds. Everything is checked before
- * anything changes, and anything else takes the slow path, which handles the
- * message in full; the message goes to its handler last, as a tail call, so
- * that nothing lives across a call here and the frame stays small (an
- * acknowledgement that releases more than the stream's current chunk is
- * released out of line first).
+ * that owes no acknowledgement alone and has no held message behind it, of a
+ * known id, on an endpoint already in the probe rounds. Everything is checked
+ * before anything changes, and anything else takes the slow path, which
+ * handles the message in full; the message goes to its handler last, as a
+ * tail call, so that nothing lives across a call here and the frame stays
+ * small (an acknowledgement that releases more than the stream's current
+ * chunk is released out of line first). The stream's debt alone says whether
+ * an acknowledgement would be owed alone after this message (its weight,
+ * below ACK_BYTES) and whether messages are held back (RX_HELD, above). The
+ * trailer is read where it is, as the fields are needed.
  */
 static UCS_F_ALWAYS_INLINE ucs_status_t
-ucp_failover_seq_handler_ep(ucp_worker_h worker, ucp_ep_h ep,
-                            const ucp_failover_seq_hdr_t *hdr, void *data,
+ucp_failover_seq_handler_ep(ucp_worker_h worker, ucp_ep_h ep, void *data,
                             size_t length, unsigned flags)
 {
-    ucp_ep_ext_control_t *ext = ucp_ep_ext_gen(ep)->control_ext;
-    ucp_failover_seq_stream_t *st;
+    const ucp_failover_seq_hdr_t *hdr =
+            UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN);
+    ucp_ep_ext_control_t *ext         = ucp_ep_ext_gen(ep)->control_ext;
     ucp_failover_seq_t *seq;
     ucp_failover_ep_t *fo;
 
@@ -428,27 +429,22 @@ ucp_failover_seq_handler_ep(ucp_worker_h worker, ucp_ep_h ep,
     fo  = ext->failover;
     seq = fo->seq;
     if (ucs_unlikely((seq == NULL) || (hdr->sn != seq->main.rx_next) ||
-                     !(fo->flags & UCP_FAILOVER_EP_FLAG_ROUND))) {
+                     !(fo->flags & UCP_FAILOVER_EP_FLAG_ROUND) ||
+                     ((seq->main.rx_debt + length) >=
+                      (UCP_FAILOVER_SEQ_ACK_BYTES + UCP_FAILOVER_SEQ_HDR_LEN -
+                       UCP_FAILOVER_SEQ_ACK_UNIT)) ||
+                     (seq->am_cb[hdr->am_id] == NULL))) {
+        /* (an id not of am_ids is dropped there, with a message) */
         goto slow;
     }
 
-    st = &seq->main;
-    if (ucs_unlikely(!ucs_list_is_empty(&st->held) ||
-                     ((uint32_t)(hdr->sn - st->rx_ack_sent) >=
-                      UCP_FAILOVER_SEQ_ACK_MSGS) ||
-                     ((ssize_t)(length - UCP_FAILOVER_SEQ_HDR_LEN) >=
-                      (ssize_t)(UCP_FAILOVER_SEQ_ACK_BYTES -
-                                st->rx_unacked_bytes)))) {
-        goto slow;
-    }
-
-    if (ucs_unlikely(!ucp_failover_seq_release_fast(seq, st, hdr->ack))) {
+    if (ucs_unlikely(!ucp_failover_seq_release_fast(seq, &seq->main,
+                                                    hdr->ack))) {
         return ucp_failover_seq_handler_release(worker, seq, data, length,
                                                 flags);
     }
 
-    return ucp_failover_seq_deliver_usual(worker, seq, hdr, data, length,
-                                          flags);
+    return ucp_failover_seq_deliver_usual(worker, seq, data, length, flags);
 
 slow:
     return ucp_failover_seq_handler_slow(worker, data, length, flags);
@@ -469,8 +465,21 @@ ucp_failover_seq_handler_indirect(ucp_worker_h worker, void *data,
         return ucp_failover_seq_handler_slow(worker, data, length, flags);
     }
 
-    return ucp_failover_seq_handler_ep(worker, ep, &hdr, data, length, flags);
+    return ucp_failover_seq_handler_ep(worker, ep, data, length, flags);
 }
+
+/* The trailer's flags and stream, read as one word, of a message the fast
+ * path does not take: an acknowledgement alone, or one asked for, or another
+ * stream than 0 */
+#define UCP_FAILOVER_SEQ_SLOW_FLAGS \
+    (UCP_FAILOVER_SEQ_FLAG_ACK_ONLY | UCP_FAILOVER_SEQ_FLAG_ACK_REQ)
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+#  define UCP_FAILOVER_SEQ_SLOW_MASK (UCP_FAILOVER_SEQ_SLOW_FLAGS | 0xff00)
+#elif __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+#  define UCP_FAILOVER_SEQ_SLOW_MASK ((UCP_FAILOVER_SEQ_SLOW_FLAGS << 8) | 0xff)
+#else
+#  error "unknown byte order"
+#endif
 
 /*
  * A sequenced message. The usual one (ucp_failover_seq_handler_ep()) is
@@ -482,6 +491,7 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
 {
     ucp_worker_h worker = arg;
     const ucp_failover_seq_hdr_t *hdr;
+    uint16_t flags_stream;
     ucp_ep_h ep;
 
     if (ucs_unlikely(length < UCP_FAILOVER_SEQ_HDR_LEN)) {
@@ -489,11 +499,12 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
     }
 
     /* the trailer is read in place (packed), field by field as needed:
-     * fewer registers than a copy */
+     * fewer registers than a copy; its flags and stream in one word */
     hdr = UCS_PTR_BYTE_OFFSET(data, length - UCP_FAILOVER_SEQ_HDR_LEN);
-    if (ucs_unlikely((hdr->stream != 0) ||
-                     (hdr->flags & (UCP_FAILOVER_SEQ_FLAG_ACK_ONLY |
-                                    UCP_FAILOVER_SEQ_FLAG_ACK_REQ)) ||
+    UCS_STATIC_ASSERT(ucs_offsetof(ucp_failover_seq_hdr_t, stream) ==
+                      (ucs_offsetof(ucp_failover_seq_hdr_t, flags) + 1));
+    memcpy(&flags_stream, &hdr->flags, sizeof(flags_stream));
+    if (ucs_unlikely((flags_stream & UCP_FAILOVER_SEQ_SLOW_MASK) ||
                      (hdr->ep_id == UCS_PTR_MAP_KEY_INVALID))) {
         goto slow;
     } else if (ucs_unlikely(ucs_ptr_map_key_indirect(hdr->ep_id))) {
@@ -506,7 +517,7 @@ ucp_failover_seq_handler(void *arg, void *data, size_t length, unsigned flags)
         goto slow;
     }
 
-    return ucp_failover_seq_handler_ep(worker, ep, hdr, data, length, flags);
+    return ucp_failover_seq_handler_ep(worker, ep, data, length, flags);
 
 slow:
     return ucp_failover_seq_handler_slow(worker, data, length, flags);

@@ -29,6 +29,7 @@
 #include <uct/base/uct_iov.inl>
 #include <ucs/datastruct/string_buffer.h>
 #include <ucs/debug/log.h>
+#include <pthread.h>
 
 
 static uct_iface_ops_t ucp_failover_seq_ep_ops;
@@ -67,6 +68,54 @@ uint64_t ucp_failover_seq_am_ids(ucp_context_h context)
     return am_ids;
 }
 
+/*
+ * The handlers by id of sequenced messages, for the receipt's fast path: the
+ * handler of an id of @a am_ids (ucp_failover_seq_am_ids()), NULL for any
+ * other id. One table per set of ids (per set of the contexts' features),
+ * shared by the workers of every context, and never freed: an endpoint may
+ * outlive its worker's failover state. More sets than tables (not seen:
+ * a process has few contexts) get the empty table, and their messages the
+ * slow path, which checks am_ids.
+ */
+#define UCP_FAILOVER_SEQ_AM_TABLES 4
+
+static const uct_am_callback_t *ucp_failover_seq_am_cb(uint64_t am_ids)
+{
+    static const uct_am_callback_t none[UINT8_MAX + 1];
+    static struct {
+        uint64_t          am_ids;
+        uct_am_callback_t cb[UINT8_MAX + 1];
+    } tables[UCP_FAILOVER_SEQ_AM_TABLES];
+    static unsigned count;
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    const uct_am_callback_t *table = none;
+    unsigned i, id;
+
+    pthread_mutex_lock(&lock);
+    for (i = 0; i < count; ++i) {
+        if (tables[i].am_ids == am_ids) {
+            table = tables[i].cb;
+            goto out;
+        }
+    }
+
+    if (count < UCP_FAILOVER_SEQ_AM_TABLES) {
+        tables[count].am_ids = am_ids;
+        ucs_for_each_bit(id, am_ids) {
+            tables[count].cb[id] = ucp_am_handlers[id]->cb;
+        }
+        table = tables[count++].cb;
+    } else {
+        ucs_diag("more than %d sets of active message ids: sequenced "
+                 "messages of ids 0x%" PRIx64 " take the slow path",
+                 UCP_FAILOVER_SEQ_AM_TABLES, am_ids);
+    }
+
+out:
+    pthread_mutex_unlock(&lock);
+    return table;
+}
+
 ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep)
 {
     ucp_failover_ep_t *fo = ucp_failover_ep(ep);
@@ -81,6 +130,7 @@ ucp_failover_seq_t *ucp_failover_seq_create(ucp_ep_h ep)
 
     seq->ep     = ep;
     seq->am_ids = ucp_failover_seq_am_ids(ep->worker->context);
+    seq->am_cb  = ucp_failover_seq_am_cb(seq->am_ids);
     ucp_failover_seq_stream_init(&seq->main, 0);
     seq->streams[0] = &seq->main;
     seq->retain     = ep->worker->context->config.ext.multirail.retain;
@@ -329,9 +379,8 @@ ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
                                  UCS_PTR_BYTE_OFFSET(&hdr, sizeof(hdr.ep_id)),
                                  sizeof(hdr) - sizeof(hdr.ep_id));
     if (status == UCS_OK) {
-        st->rx_ack_sent      = hdr.ack;
-        st->rx_unacked_bytes = 0;
-        st->ack_again        = 0;
+        ucp_failover_seq_ack_sent(st, hdr.ack);
+        st->ack_again = 0;
         ++st->acks_sent;
     } else {
         ++st->acks_unsent;
@@ -687,9 +736,8 @@ ucp_failover_seq_ack_take(ucp_failover_seq_ep_t *seq_ep,
 
     *ack_p = ack;
     if (ucs_likely(seq_ep == seq->seq_ep)) {
-        seq->main.rx_ack_sent      = ack;
-        seq->main.rx_unacked_bytes = 0;
-        seq->main.ack_again        = 0;
+        ucp_failover_seq_ack_sent(&seq->main, ack);
+        seq->main.ack_again = 0;
     }
 
     /* once per acknowledgement: a request on every message past the half
@@ -1618,9 +1666,8 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
     hdr.stream = st->id;
     memcpy(entry->data + sizeof(header) + length, &hdr, sizeof(hdr));
     if (ucs_likely(seq_ep == seq->seq_ep)) {
-        seq->main.rx_ack_sent      = hdr.ack;
-        seq->main.rx_unacked_bytes = 0;
-        seq->main.ack_again        = 0;
+        ucp_failover_seq_ack_sent(&seq->main, hdr.ack);
+        seq->main.ack_again = 0;
     }
 
     ++seq_ep->busy;

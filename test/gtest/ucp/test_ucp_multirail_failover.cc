@@ -1975,8 +1975,9 @@ protected:
 
 UCS_TEST_P(test_ucp_multirail_by_reference, acknowledged, UCP_BY_REF_CONFIG)
 {
-    /* 3 x 16 KiB: under the receiver's own batch (32 messages, 64 KiB), so
-     * only a request acknowledges them soon */
+    /* 3 x 16 KiB: under the receiver's own batch (messages weigh their
+     * bytes and 2 KiB each, 64 KiB: these 54 KiB), so only a request
+     * acknowledges them soon */
     by_reference(FAIL_NONE, 16 * UCS_KBYTE, 3);
 }
 
