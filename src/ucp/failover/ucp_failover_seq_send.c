@@ -720,25 +720,36 @@ void ucp_failover_seq_window_check(ucp_failover_seq_t *seq)
  */
 
 /*
- * The acknowledgement a message of @a st carries (of stream 0: the current
- * one, also when the message is sent again) and its flags (a request for an
- * acknowledgement is about the message's own stream). Sent on the am lane,
+ * The acknowledgement a message @a seq_ep sends carries (of stream 0: the
+ * current one, also when the message is sent again). Sent on the am lane,
  * it counts as sent; a data lane's copy may be lost with that lane (which
  * then fails without moving the am lane), so it does not count.
  */
+static UCS_F_ALWAYS_INLINE uint32_t
+ucp_failover_seq_ack_give(ucp_failover_seq_ep_t *seq_ep)
+{
+    ucp_failover_seq_t *seq = seq_ep->seq;
+    uint32_t ack            = ucp_failover_seq_rx_delivered(&seq->main);
+
+    if (ucs_likely(seq_ep == seq->seq_ep)) {
+        ucp_failover_seq_ack_sent(&seq->main, ack);
+        seq->main.ack_again = 0;
+    }
+
+    return ack;
+}
+
+/* ucp_failover_seq_ack_give(), and the message's flags: a request for an
+ * acknowledgement (about the message's own stream @a st) while messages are
+ * to ask for one */
 static UCS_F_ALWAYS_INLINE uint8_t
 ucp_failover_seq_ack_take(ucp_failover_seq_ep_t *seq_ep,
                           ucp_failover_seq_stream_t *st, uint32_t sn,
                           uint32_t *ack_p)
 {
     ucp_failover_seq_t *seq = seq_ep->seq;
-    uint32_t ack            = ucp_failover_seq_rx_delivered(&seq->main);
 
-    *ack_p = ack;
-    if (ucs_likely(seq_ep == seq->seq_ep)) {
-        ucp_failover_seq_ack_sent(&seq->main, ack);
-        seq->main.ack_again = 0;
-    }
+    *ack_p = ucp_failover_seq_ack_give(seq_ep);
 
     /* once per acknowledgement: a request on every message past the half
      * would have the receiver send an acknowledgement per message */
@@ -1378,29 +1389,37 @@ ucp_failover_seq_retain(ucp_failover_seq_ep_t *seq_ep,
  * current acknowledgement if @a ack_now, else with none (it is filled when
  * the message is sent, after the backlog) */
 static UCS_F_ALWAYS_INLINE void
+ucp_failover_seq_trailer_write(ucp_failover_seq_ep_t *seq_ep, uint32_t sn,
+                               uint8_t am_id, uint32_t ack, uint8_t flags,
+                               void *dest)
+{
+    ucp_failover_seq_hdr_t hdr;
+
+    hdr.ep_id  = seq_ep->seq->remote_id;
+    hdr.sn     = sn;
+    hdr.ack    = ack;
+    hdr.am_id  = am_id;
+    hdr.flags  = flags;
+    hdr.stream = seq_ep->stream->id;
+    memcpy(dest, &hdr, sizeof(hdr));
+}
+
+static UCS_F_ALWAYS_INLINE void
 ucp_failover_seq_trailer(ucp_failover_seq_ep_t *seq_ep, uint32_t sn,
                          uint8_t am_id, void *dest, int ack_now,
                          uint8_t flags)
 {
-    ucp_failover_seq_stream_t *st = seq_ep->stream;
-    ucp_failover_seq_hdr_t hdr;
     uint32_t ack;
 
-    hdr.ep_id  = seq_ep->seq->remote_id;
-    hdr.sn     = sn;
-    hdr.am_id  = am_id;
-    hdr.stream = st->id;
     if (ucs_likely(ack_now)) {
-        hdr.flags = ucp_failover_seq_ack_take(seq_ep, st, sn, &ack) | flags;
-        hdr.ack   = ack;
+        flags |= ucp_failover_seq_ack_take(seq_ep, seq_ep->stream, sn, &ack);
     } else {
         /* an acknowledgement that may be old when it goes (cumulative: it
          * is still true), not counted as sent */
-        hdr.flags = flags;
-        hdr.ack   = ucp_failover_seq_rx_delivered(&seq_ep->seq->main);
+        ack = ucp_failover_seq_rx_delivered(&seq_ep->seq->main);
     }
 
-    memcpy(dest, &hdr, sizeof(hdr));
+    ucp_failover_seq_trailer_write(seq_ep, sn, am_id, ack, flags, dest);
 }
 
 /* A new message, numbered and retained, goes after the messages not sent
@@ -1591,7 +1610,8 @@ ucp_failover_seq_post_failed(ucp_failover_seq_ep_t *seq_ep,
  * A short message. The usual one, a header and a payload of one or two
  * words (ucp_failover_seq_ep_short_span) that takes a place in the stream's
  * current chunk, is copied, numbered, retained and handed to the transport
- * here, in one frame, its trailer written from the values at hand. The gate
+ * here, in one frame, with the helpers of the general path but the request
+ * for an acknowledgement (ucp_failover_seq_ack_give()). The gate
  * (short_span, ucp_failover_seq_ep_gate_close) stands for everything else
  * the general path checks: waiting requests, a backlog, a request for an
  * acknowledgement, a wrapper with no stream. Anything else goes to
@@ -1609,10 +1629,7 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
             ucp_failover_seq_entry_size(sizeof(header) + length), 8);
     ucp_failover_seq_entry_t *entry;
     ucp_failover_seq_chunk_t *chunk;
-    ucp_failover_seq_hdr_t hdr;
-    ucp_failover_seq_t *seq;
     ucs_status_t status;
-    uint32_t used, sn;
 
     UCS_STATIC_ASSERT(ucs_align_up_pow2(ucs_offsetof(ucp_failover_seq_entry_t,
                                                      data) +
@@ -1632,43 +1649,15 @@ ucp_failover_seq_ep_am_short(uct_ep_h uct_ep, uint8_t id, uint64_t header,
                                                 length);
     }
 
-    /* a place in the chunk (ucp_failover_seq_chunk_entry()), then the
-     * copies, then the rest: in this order, fewer values stay in registers
-     * at once */
-    used              = chunk->used;
-    entry             = (ucp_failover_seq_entry_t*)(chunk->data + used);
-    chunk->used       = used + size;
-    ++chunk->live;
-    entry->chunk      = chunk;
+    entry = ucp_failover_seq_chunk_entry(seq_ep->seq, chunk, size);
     memcpy(entry->data, &header, sizeof(header));
     ucp_failover_seq_copy_words(entry->data + sizeof(header), payload,
                                 length);
-
-    /* numbered and queued (ucp_failover_seq_number()) */
-    seq               = seq_ep->seq;
-    sn                = st->tx_next;
-    st->tx_next       = sn + 1;
-    entry->held       = 0;
-    entry->comp.count = 0;
-    entry->seq        = seq;
-    entry->sn         = sn;
-    entry->length     = sizeof(header) + length + UCP_FAILOVER_SEQ_HDR_LEN;
-    ucs_queue_push(&st->retained, &entry->queue);
-
-    /* the trailer (ucp_failover_seq_trailer(), with no request for an
-     * acknowledgement: ack_req_due is not set), its acknowledgement counted
-     * as sent (ucp_failover_seq_ack_take()) */
-    hdr.ep_id  = seq->remote_id;
-    hdr.sn     = sn;
-    hdr.ack    = ucp_failover_seq_rx_delivered(&seq->main);
-    hdr.am_id  = id;
-    hdr.flags  = 0;
-    hdr.stream = st->id;
-    memcpy(entry->data + sizeof(header) + length, &hdr, sizeof(hdr));
-    if (ucs_likely(seq_ep == seq->seq_ep)) {
-        ucp_failover_seq_ack_sent(&seq->main, hdr.ack);
-        seq->main.ack_again = 0;
-    }
+    ucp_failover_seq_number(st, entry, sizeof(header) + length);
+    /* (no request for an acknowledgement: ack_req_due is not set) */
+    ucp_failover_seq_trailer_write(seq_ep, entry->sn, id,
+                                   ucp_failover_seq_ack_give(seq_ep), 0,
+                                   entry->data + sizeof(header) + length);
 
     ++seq_ep->busy;
     status = uct_ep_am_short(ucp_failover_seq_tl_ep(seq_ep),
