@@ -160,6 +160,11 @@ void ucp_failover_seq_tx_state(ucp_ep_h ep, uint8_t stream, uint32_t *next_p,
                                uint32_t *acked_p, size_t *retained_p);
 
 
+/** Tests: the acknowledgements alone the endpoint sent of what it received
+ *  in stream @a stream (0 for a stream it does not have) */
+uint64_t ucp_failover_seq_acks_sent(ucp_ep_h ep, uint8_t stream);
+
+
 /** Tests: lower the transport limits the wrapper of the endpoint's am lane
  *  sends with (trailer included): longer messages go by bcopy, zero copy */
 void ucp_failover_seq_limit(ucp_ep_h ep, size_t max_short, size_t max_bcopy);

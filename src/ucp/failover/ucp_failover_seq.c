@@ -724,6 +724,13 @@ void ucp_failover_seq_tx_state(ucp_ep_h ep, uint8_t stream, uint32_t *next_p,
     *retained_p = (st == NULL) ? 0 : ucs_queue_length(&st->retained);
 }
 
+uint64_t ucp_failover_seq_acks_sent(ucp_ep_h ep, uint8_t stream)
+{
+    ucp_failover_seq_stream_t *st = ucp_failover_seq_stream_find(ep, stream);
+
+    return (st == NULL) ? 0 : st->acks_sent;
+}
+
 void ucp_failover_seq_limit(ucp_ep_h ep, size_t max_short, size_t max_bcopy)
 {
     ucp_failover_seq_t *seq = ucp_failover_ep(ep)->seq;

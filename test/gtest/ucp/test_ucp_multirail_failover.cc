@@ -1669,6 +1669,47 @@ UCS_TEST_P(test_ucp_multirail_failover, release_by_acknowledgement,
 }
 
 /*
+ * One-way traffic is acknowledged by a message alone once what the receiver
+ * delivered since its last acknowledgement weighs 64 KiB, each message its
+ * bytes and 2 KiB: after 32 messages of 8 bytes, after 16 of 2 KiB (the
+ * rule before session 41, 32 messages or 64 KiB, sent it after 32 of
+ * either). The count is the receiver's, right after each delivery (the
+ * acknowledgement goes from the receipt's handler); the probe rounds,
+ * which send owed acknowledgements too, are 10 s apart (the probe timeout
+ * may not be shorter). Most of these
+ * messages take the receipt's fast path, which only weighs them: without
+ * its weighing, no acknowledgement would come before a probe round.
+ */
+UCS_TEST_P(test_ucp_multirail_failover, ack_batch_by_weight,
+           "RNDV_THRESH=inf", "MULTIRAIL_PROBE_INTERVAL=10s",
+           "MULTIRAIL_PROBE_TIMEOUT=30s")
+{
+    static const struct {
+        size_t size;
+        int    period;
+    } cases[] = {{8, 32}, {2 * UCS_KBYTE, 16}};
+    uint64_t acks0;
+    int k;
+
+    exchange(8, 4);
+    for (const auto &c : cases) {
+        /* a message of the receiver carries its acknowledgement: the
+         * batch starts empty */
+        send_recv(receiver(), sender(), 8, 0x7a0);
+        acks0 = ucp_failover_seq_acks_sent(receiver().ep(), 0);
+        for (k = 1; k <= (2 * c.period) + 1; ++k) {
+            send_recv(sender(), receiver(), c.size, 0x7a1 + k);
+            EXPECT_EQ(acks0 + (k / c.period),
+                      ucp_failover_seq_acks_sent(receiver().ep(), 0))
+                    << "size " << c.size << ", message " << k;
+        }
+    }
+
+    exchange(8, 4);
+    EXPECT_EQ(0u, m_err_count);
+}
+
+/*
  * Small messages retained in a chunk and sent with zero copy (the wrapper's
  * limits lowered: over 64 bytes bcopy, over 128 zero copy): a chunk that a
  * zero-copy send reads stops being its stream's current one, which an
