@@ -87,7 +87,9 @@ typedef struct {
  * fills from its start. A chunk goes back to the pool when the last of its
  * messages is released, but for the stream's current one, which is filled
  * again from its start (while the worker's pool holds less than half its
- * bound): a message then costs no buffer of its own, and a stream that sends
+ * bound; emptied by ucp_failover_seq_release_fast(), while messages do not
+ * ask for acknowledgements, ack_req_due, which a chunk taken past the half
+ * sets): a message then costs no buffer of its own, and a stream that sends
  * and is acknowledged in turn takes no buffer at all. A larger message has a
  * buffer of its own.
  */
@@ -664,7 +666,7 @@ void ucp_failover_seq_release_upto(ucp_failover_seq_t *seq,
  * retain, which only a release lowers).
  *
  * This is the release of a ping-pong and of a sender the peer has caught up
- * with: a few loads and compares and five stores, whatever the number of
+ * with: a few loads and compares and seven stores, whatever the number of
  * messages, and no call (nothing of the receiver's fast path lives across
  * a call).
  */

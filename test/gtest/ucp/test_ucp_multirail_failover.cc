@@ -1675,14 +1675,15 @@ UCS_TEST_P(test_ucp_multirail_failover, release_by_acknowledgement,
  * rule before session 41, 32 messages or 64 KiB, sent it after 32 of
  * either). The count is the receiver's, right after each delivery (the
  * acknowledgement goes from the receipt's handler); the probe rounds,
- * which send owed acknowledgements too, are 10 s apart (the probe timeout
- * may not be shorter). Most of these
+ * which send owed acknowledgements too, are 1000 s apart (the probe timeout
+ * may not be shorter), and no message goes by reference (whose request for
+ * an acknowledgement would be answered at once). Most of these
  * messages take the receipt's fast path, which only weighs them: without
  * its weighing, no acknowledgement would come before a probe round.
  */
 UCS_TEST_P(test_ucp_multirail_failover, ack_batch_by_weight,
-           "RNDV_THRESH=inf", "MULTIRAIL_PROBE_INTERVAL=10s",
-           "MULTIRAIL_PROBE_TIMEOUT=30s")
+           "RNDV_THRESH=inf", "ZCOPY_THRESH=inf", "MULTIRAIL_REF_THRESH=inf",
+           "MULTIRAIL_PROBE_INTERVAL=1000s", "MULTIRAIL_PROBE_TIMEOUT=3000s")
 {
     static const struct {
         size_t size;
