@@ -370,7 +370,8 @@ ucp_failover_seq_ack_owed(const ucp_failover_seq_stream_t *st)
            st->ack_again;
 }
 
-/* This side acknowledged the peer's messages of @a st up to @a ack */
+/* This side acknowledged the peer's messages of @a st up to @a ack (on the
+ * am lane: nothing is owed again) */
 static UCS_F_ALWAYS_INLINE void
 ucp_failover_seq_ack_sent(ucp_failover_seq_stream_t *st, uint32_t ack)
 {
@@ -379,6 +380,7 @@ ucp_failover_seq_ack_sent(ucp_failover_seq_stream_t *st, uint32_t ack)
                       32);
     st->rx_ack_sent = ack;
     st->rx_debt    &= ~UCP_FAILOVER_SEQ_RX_WEIGHT;
+    st->ack_again   = 0;
 }
 
 /* A message of @a length bytes delivered in @a st (not by the receipt's fast

@@ -380,7 +380,6 @@ ucp_failover_seq_send_ack_flags(ucp_failover_seq_t *seq,
                                  sizeof(hdr) - sizeof(hdr.ep_id));
     if (status == UCS_OK) {
         ucp_failover_seq_ack_sent(st, hdr.ack);
-        st->ack_again = 0;
         ++st->acks_sent;
     } else {
         ++st->acks_unsent;
@@ -733,7 +732,6 @@ ucp_failover_seq_ack_give(ucp_failover_seq_ep_t *seq_ep)
 
     if (ucs_likely(seq_ep == seq->seq_ep)) {
         ucp_failover_seq_ack_sent(&seq->main, ack);
-        seq->main.ack_again = 0;
     }
 
     return ack;
